@@ -1,0 +1,66 @@
+"""Time as an injectable dependency, and the one timestamp format of the API.
+
+Inside the gateway a moment is a float of seconds since the epoch (UTC): the
+same type in SQLite and PostgreSQL, cheap to compare.  Outside it is RFC 3339
+UTC with a `Z`.  Tests move a `ManualClock` instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Protocol
+
+DAY = 86400.0
+HOUR = 3600.0
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+
+class ManualClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self._now = float(start if start is not None else time.time())
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    def set(self, moment: float) -> None:
+        self._now = float(moment)
+
+
+def to_rfc3339(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    dt = datetime.fromtimestamp(moment, tz=timezone.utc)
+    if dt.microsecond:
+        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def to_date(moment: float) -> str:
+    return datetime.fromtimestamp(moment, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+def parse_rfc3339(text: str) -> float:
+    """Parse an RFC 3339 timestamp; naive times are refused, not guessed."""
+    if not isinstance(text, str) or len(text) > 64:
+        raise ValueError("not an RFC 3339 timestamp")
+    value = text.strip()
+    if value.endswith(("z", "Z")):
+        value = value[:-1] + "+00:00"
+    dt = datetime.fromisoformat(value)
+    if dt.tzinfo is None:
+        raise ValueError("timestamp needs a time zone (use Z for UTC)")
+    return dt.timestamp()

@@ -1,0 +1,41 @@
+"""Structured JSON logs: one object per line, with the request id, never a secret.
+
+Handlers pass facts as `extra={...}`; only the whitelisted keys below are
+emitted, so a stray `extra` holding a header cannot reach the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+_FIELDS = ("request_id", "method", "route", "status", "ms", "project", "issuer", "check", "code", "counted")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in _FIELDS:
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            # Tracebacks name code lines, not local values, so no secret rides along.
+            out["error"] = self.formatException(record.exc_info)
+        return json.dumps(out, separators=(",", ":"))
+
+
+def configure_logging(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    # uvicorn's own access log repeats ours without the request id.
+    logging.getLogger("uvicorn.access").disabled = True

@@ -1,0 +1,69 @@
+"""Recall: the trusted, unexpired entries that answer a question, best first.
+
+Every recall is recorded (who asked, what, which entries came back) so that
+`recall_used` can be checked against it and the Learning panel can measure
+whether recall helps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.clock import Clock
+from gateway.errors import Invalid, NotFound
+from gateway.ids import new_id
+from gateway.knowledge import validate_kind
+from gateway.model import Entry, Principal
+from gateway.search import MAX_QUERY_CHARS
+from gateway.store.base import Driver
+from gateway.store.queries import Queries
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 50
+
+
+class Recall:
+    def __init__(self, driver: Driver, clock: Clock) -> None:
+        self.driver = driver
+        self.clock = clock
+
+    async def recall(
+        self, principal: Principal, query: Any, kind: Any = None, limit: Any = DEFAULT_LIMIT, *, via: str = "rest"
+    ) -> tuple[str, list[tuple[Entry, float]]]:
+        if not isinstance(query, str):
+            raise Invalid("q must be a string", code="invalid_query")
+        if len(query) > MAX_QUERY_CHARS:
+            raise Invalid(f"q is longer than {MAX_QUERY_CHARS} characters", code="invalid_query")
+        if kind is not None:
+            validate_kind(kind)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise Invalid(f"limit must be an integer from 1 to {MAX_LIMIT}", code="invalid_limit")
+        now = self.clock.now()
+        project = principal.project
+        results = await self.driver.read(lambda q: q.search(project.id, query, kind, limit, now))
+        recall_id = new_id("rc")
+
+        async def record(q: Queries) -> None:
+            await q.insert_recall(recall_id, project.id, principal.name, query, kind, via, results, now)
+
+        await self.driver.write(record)
+        return recall_id, results
+
+    async def used(self, principal: Principal, recall_id: Any, entry_id: Any) -> bool:
+        """Record that a recalled entry shaped the caller's work.  Each
+        (recall, entry) pair counts once; True when this call counted."""
+        if not isinstance(recall_id, str) or not isinstance(entry_id, str) or len(recall_id) > 100 or len(entry_id) > 100:
+            raise Invalid("recall_id and entry_id must be strings", code="invalid_field")
+        project = principal.project
+        now = self.clock.now()
+
+        async def unit(q: Queries) -> bool:
+            hit = await q.recall_hit(project.id, recall_id, principal.name, entry_id)
+            if hit is None:
+                raise NotFound(
+                    f"recall {recall_id!r} made by {principal.name} did not return entry {entry_id!r}",
+                    code="recall_not_found",
+                )
+            return await q.insert_recall_use(project.id, hit[0], hit[1], now)
+
+        return await self.driver.write(unit)

@@ -1,0 +1,616 @@
+"""Every SQL statement of the gateway, written once for both backends.
+
+`Queries` wraps one transaction (`Tx`).  Placeholders are `?`; the PostgreSQL
+driver rewrites them.  JSON columns are TEXT holding JSON, moments are epoch
+floats.  Full-text search differs by dialect and lives in `search_index`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from gateway.clock import HOUR
+from gateway.model import ContradictionRecord, Entry, Project, ProjectSettings, Support
+from gateway.store.base import Tx
+from gateway.store.search_index import index_for
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+ENTRY_COLUMNS = (
+    "e.seq, e.id, e.project_id, p.slug AS project_slug, e.kind, e.statement, e.evidence, e.state, "
+    "e.created_at, e.created_by, e.created_via, e.expires_at, e.promoted_at, e.promoted_by, e.provenance"
+)
+
+
+def _project(row: dict[str, Any]) -> Project:
+    return Project(
+        id=row["id"],
+        slug=row["slug"],
+        created_at=row["created_at"],
+        settings=ProjectSettings(
+            k_distinct_issuers=int(row["k_distinct_issuers"]),
+            window_days=float(row["window_days"]),
+            playbook_min_trusted=int(row["playbook_min_trusted"]),
+            playbook_top_n=int(row["playbook_top_n"]),
+            demotions_per_hour=int(row["demotions_per_hour"]),
+        ),
+    )
+
+
+def _entry(row: dict[str, Any]) -> Entry:
+    return Entry(
+        seq=row["seq"],
+        id=row["id"],
+        project_id=row["project_id"],
+        project_slug=row["project_slug"],
+        kind=row["kind"],
+        statement=row["statement"],
+        evidence=row["evidence"],
+        state=row["state"],
+        created_at=row["created_at"],
+        created_by=row["created_by"],
+        created_via=row["created_via"],
+        expires_at=row["expires_at"],
+        promoted_at=row["promoted_at"],
+        promoted_by=row["promoted_by"],
+        provenance=_load(row["provenance"]),
+    )
+
+
+# Effective-state filters: an expired candidate or trusted entry reads as
+# retired before the sweep writes it down.
+STATE_FILTERS = {
+    "candidate": "(e.state = 'candidate' AND (e.expires_at IS NULL OR e.expires_at > ?))",
+    "trusted": "(e.state = 'trusted' AND (e.expires_at IS NULL OR e.expires_at > ?))",
+    "contradicted": "(e.state = 'contradicted' AND ? IS NOT NULL)",
+    "retired": "(e.state = 'retired' OR (e.state IN ('candidate', 'trusted') AND e.expires_at <= ?))",
+}
+
+
+class Queries:
+    def __init__(self, tx: Tx) -> None:
+        self.tx = tx
+        self.index = index_for(tx)
+
+    # -- meta ---------------------------------------------------------------
+
+    async def meta_get(self, key: str) -> str | None:
+        row = await self.tx.one("SELECT value FROM meta WHERE key = ?", key)
+        return row["value"] if row else None
+
+    async def meta_set_if_absent(self, key: str, value: str) -> str:
+        await self.tx.run("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING", key, value)
+        stored = await self.meta_get(key)
+        assert stored is not None
+        return stored
+
+    # -- projects -----------------------------------------------------------
+
+    async def project_by_slug(self, slug: str) -> Project | None:
+        row = await self.tx.one("SELECT * FROM projects WHERE slug = ?", slug)
+        return _project(row) if row else None
+
+    async def project_by_id(self, project_id: int) -> Project | None:
+        row = await self.tx.one("SELECT * FROM projects WHERE id = ?", project_id)
+        return _project(row) if row else None
+
+    async def projects(self) -> list[Project]:
+        return [_project(r) for r in await self.tx.all("SELECT * FROM projects ORDER BY slug")]
+
+    async def insert_project(self, slug: str, settings: ProjectSettings, now: float, playbook: str) -> Project:
+        await self.tx.run(
+            "INSERT INTO projects (slug, created_at, k_distinct_issuers, window_days, playbook_min_trusted, "
+            "playbook_top_n, demotions_per_hour, playbook) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            slug,
+            now,
+            settings.k_distinct_issuers,
+            settings.window_days,
+            settings.playbook_min_trusted,
+            settings.playbook_top_n,
+            settings.demotions_per_hour,
+            playbook,
+        )
+        project = await self.project_by_slug(slug)
+        assert project is not None
+        await self.index.create_project(project.id)
+        return project
+
+    async def update_settings(self, project_id: int, settings: ProjectSettings) -> None:
+        await self.tx.run(
+            "UPDATE projects SET k_distinct_issuers = ?, window_days = ?, playbook_min_trusted = ?, "
+            "playbook_top_n = ?, demotions_per_hour = ? WHERE id = ?",
+            settings.k_distinct_issuers,
+            settings.window_days,
+            settings.playbook_min_trusted,
+            settings.playbook_top_n,
+            settings.demotions_per_hour,
+            project_id,
+        )
+
+    async def playbook(self, project_id: int) -> str:
+        row = await self.tx.one("SELECT playbook FROM projects WHERE id = ?", project_id)
+        return row["playbook"] if row else ""
+
+    async def set_playbook(self, project_id: int, text: str) -> None:
+        await self.tx.run("UPDATE projects SET playbook = ? WHERE id = ?", text, project_id)
+
+    # -- tokens -------------------------------------------------------------
+
+    async def insert_token(self, project_id: int, principal: str, level: str, token_hash: str, now: float) -> None:
+        await self.tx.run(
+            "INSERT INTO tokens (project_id, principal, level, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+            project_id,
+            principal,
+            level,
+            token_hash,
+            now,
+        )
+
+    async def token_by_hash(self, token_hash: str) -> dict[str, Any] | None:
+        return await self.tx.one(
+            "SELECT t.principal, t.level, t.token_hash, t.revoked_at, p.* FROM tokens t "
+            "JOIN projects p ON p.id = t.project_id WHERE t.token_hash = ?",
+            token_hash,
+        )
+
+    async def revoke_tokens(self, project_id: int, principal: str, now: float) -> int:
+        return await self.tx.run(
+            "UPDATE tokens SET revoked_at = ? WHERE project_id = ? AND principal = ? AND revoked_at IS NULL",
+            now,
+            project_id,
+            principal,
+        )
+
+    # -- entries ------------------------------------------------------------
+
+    async def insert_entry(self, entry: Entry, norm_statement: str) -> Entry:
+        await self.tx.run(
+            "INSERT INTO entries (id, project_id, kind, statement, evidence, norm_statement, state, created_at, "
+            "created_by, created_via, expires_at, promoted_at, promoted_by, provenance) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            entry.id,
+            entry.project_id,
+            entry.kind,
+            entry.statement,
+            entry.evidence,
+            norm_statement,
+            entry.state,
+            entry.created_at,
+            entry.created_by,
+            entry.created_via,
+            entry.expires_at,
+            entry.promoted_at,
+            entry.promoted_by,
+            _dump(entry.provenance),
+        )
+        stored = await self.entry(entry.project_id, entry.id)
+        assert stored is not None
+        return stored
+
+    async def entry(self, project_id: int, entry_id: str, *, for_update: bool = False) -> Entry | None:
+        sql = (
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            "WHERE e.project_id = ? AND e.id = ?"
+        )
+        if for_update and self.tx.dialect == "postgres":
+            sql += " FOR UPDATE OF e"
+        row = await self.tx.one(sql, project_id, entry_id)
+        if row is None:
+            return None
+        entry = _entry(row)
+        await self.attach([entry])
+        return entry
+
+    async def entries_by_ids(self, project_id: int, entry_ids: list[str]) -> dict[str, Entry]:
+        if not entry_ids:
+            return {}
+        marks = ", ".join("?" for _ in entry_ids)
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            f"WHERE e.project_id = ? AND e.id IN ({marks})",
+            project_id,
+            *entry_ids,
+        )
+        entries = [_entry(r) for r in rows]
+        await self.attach(entries)
+        return {e.id: e for e in entries}
+
+    async def entries_by_seqs(self, seqs: list[int]) -> dict[int, Entry]:
+        if not seqs:
+            return {}
+        marks = ", ".join("?" for _ in seqs)
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE e.seq IN ({marks})",
+            *seqs,
+        )
+        entries = [_entry(r) for r in rows]
+        await self.attach(entries)
+        return {e.seq: e for e in entries}
+
+    async def attach(self, entries: list[Entry]) -> None:
+        """Load supports and contradictions for a page of entries in two queries."""
+        if not entries:
+            return
+        by_seq = {e.seq: e for e in entries}
+        marks = ", ".join("?" for _ in by_seq)
+        seqs = list(by_seq)
+        for row in await self.tx.all(
+            f"SELECT entry_seq, issuer, source, attestation_id, at FROM supports WHERE entry_seq IN ({marks}) ORDER BY id",
+            *seqs,
+        ):
+            by_seq[row["entry_seq"]].supports.append(
+                Support(issuer=row["issuer"], source=row["source"], attestation_id=row["attestation_id"], at=row["at"])
+            )
+        for row in await self.tx.all(
+            f"SELECT entry_seq, by_principal, detail, at, until FROM contradictions WHERE entry_seq IN ({marks}) ORDER BY id",
+            *seqs,
+        ):
+            by_seq[row["entry_seq"]].contradictions.append(
+                ContradictionRecord(by=row["by_principal"], detail=_load(row["detail"]), at=row["at"], until=row["until"])
+            )
+
+    async def list_entries(
+        self,
+        project_id: int,
+        now: float,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        visible_to: str | None = None,
+        text: str | None = None,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[Entry]:
+        """Newest first.  `visible_to` (a principal name) limits the page to
+        that principal's own entries plus trusted ones; None means the owner's
+        view of everything."""
+        where = ["e.project_id = ?"]
+        args: list[Any] = [project_id]
+        if state is not None:
+            where.append(STATE_FILTERS[state])
+            args.append(now)
+        if kind is not None:
+            where.append("e.kind = ?")
+            args.append(kind)
+        if visible_to is not None:
+            where.append(f"(e.created_by = ? OR {STATE_FILTERS['trusted']})")
+            args.extend([visible_to, now])
+        if text:
+            where.append("e.norm_statement LIKE ? ESCAPE '\\'")
+            escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            args.append(f"%{' '.join(escaped.casefold().split())}%")
+        if before_seq is not None:
+            where.append("e.seq < ?")
+            args.append(before_seq)
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            f"WHERE {' AND '.join(where)} ORDER BY e.seq DESC LIMIT ?",
+            *args,
+            limit,
+        )
+        entries = [_entry(r) for r in rows]
+        await self.attach(entries)
+        return entries
+
+    async def count_entries(self, project_id: int, now: float) -> dict[str, int]:
+        counts = {}
+        for state, clause in STATE_FILTERS.items():
+            row = await self.tx.one(f"SELECT COUNT(*) AS n FROM entries e WHERE e.project_id = ? AND {clause}", project_id, now)
+            counts[state] = int(row["n"]) if row else 0
+        return counts
+
+    async def live_duplicate(self, project_id: int, norm_statement: str, principal: str, now: float) -> Entry | None:
+        """A live entry with this statement that `principal` may see: its own
+        (candidate or trusted) or a trusted one.  Another principal's candidate
+        is never matched, so learn cannot be used to probe for it."""
+        row = await self.tx.one(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            "WHERE e.project_id = ? AND e.norm_statement = ? AND (e.expires_at IS NULL OR e.expires_at > ?) "
+            "AND (e.state = 'trusted' OR (e.state = 'candidate' AND e.created_by = ?)) "
+            "ORDER BY CASE WHEN e.state = 'trusted' THEN 0 ELSE 1 END, e.seq LIMIT 1",
+            project_id,
+            norm_statement,
+            now,
+            principal,
+        )
+        if row is None:
+            return None
+        entry = _entry(row)
+        await self.attach([entry])
+        return entry
+
+    async def set_state(
+        self,
+        entry: Entry,
+        state: str,
+        *,
+        promoted_at: float | None = None,
+        promoted_by: str | None = None,
+    ) -> None:
+        """Move an entry and keep the recall index in step with `trusted`."""
+        was_indexed = entry.state == "trusted"
+        if promoted_at is not None:
+            await self.tx.run(
+                "UPDATE entries SET state = ?, promoted_at = ?, promoted_by = ? WHERE seq = ?",
+                state,
+                promoted_at,
+                promoted_by,
+                entry.seq,
+            )
+            entry.promoted_at, entry.promoted_by = promoted_at, promoted_by
+        else:
+            await self.tx.run("UPDATE entries SET state = ? WHERE seq = ?", state, entry.seq)
+        entry.state = state
+        if state == "trusted" and not was_indexed:
+            await self.index.add(entry)
+        elif state != "trusted" and was_indexed:
+            await self.index.remove(entry)
+
+    async def expired_live_entries(self, now: float, limit: int = 500) -> list[Entry]:
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            "WHERE e.state IN ('candidate', 'trusted') AND e.expires_at IS NOT NULL AND e.expires_at <= ? "
+            "ORDER BY e.seq LIMIT ?",
+            now,
+            limit,
+        )
+        return [_entry(r) for r in rows]
+
+    # -- supports and contradictions ------------------------------------------
+
+    async def insert_support(self, entry: Entry, support: Support) -> bool:
+        """False when this fingerprint (issuer + source) already supports it."""
+        count = await self.tx.run(
+            "INSERT INTO supports (entry_seq, issuer, source, attestation_id, at) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT (entry_seq, issuer, source) DO NOTHING",
+            entry.seq,
+            support.issuer,
+            support.source,
+            support.attestation_id,
+            support.at,
+        )
+        if count:
+            entry.supports.append(support)
+        return bool(count)
+
+    async def insert_contradiction(self, entry: Entry, record: ContradictionRecord) -> None:
+        await self.tx.run(
+            "INSERT INTO contradictions (entry_seq, project_id, by_principal, detail, at, until) VALUES (?, ?, ?, ?, ?, ?)",
+            entry.seq,
+            entry.project_id,
+            record.by,
+            _dump(record.detail),
+            record.at,
+            record.until,
+        )
+        entry.contradictions.append(record)
+
+    async def demotions_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
+        row = await self.tx.one(
+            "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM contradictions WHERE project_id = ? AND by_principal = ? AND at > ?",
+            project_id,
+            principal,
+            since,
+        )
+        return (int(row["n"]), row["oldest"]) if row else (0, None)
+
+    async def mark_rate_limited(self, project_id: int, principal: str, kind: str, now: float) -> bool:
+        """True the first time in this clock hour: one ledger row per principal per hour."""
+        return bool(
+            await self.tx.run(
+                "INSERT INTO rate_limit_marks (project_id, principal, kind, hour) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                project_id,
+                principal,
+                kind,
+                int(now // HOUR),
+            )
+        )
+
+    # -- audit and events ---------------------------------------------------
+
+    async def audit(
+        self, project_id: int, now: float, action: str, entry_id: str | None, actor: str, detail: Any = None
+    ) -> None:
+        await self.tx.run(
+            "INSERT INTO audit (project_id, at, action, entry_id, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            project_id,
+            now,
+            action,
+            entry_id,
+            actor,
+            _dump(detail),
+        )
+
+    async def audit_rows(
+        self,
+        project_id: int,
+        *,
+        entry_id: str | None = None,
+        action: str | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        where = ["project_id = ?"]
+        args: list[Any] = [project_id]
+        if entry_id is not None:
+            where.append("entry_id = ?")
+            args.append(entry_id)
+        if action is not None:
+            where.append("action = ?")
+            args.append(action)
+        if before_id is not None:
+            where.append("id < ?")
+            args.append(before_id)
+        rows = await self.tx.all(
+            f"SELECT id, at, action, entry_id, actor, detail FROM audit WHERE {' AND '.join(where)} "
+            "ORDER BY id DESC LIMIT ?",
+            *args,
+            limit,
+        )
+        for row in rows:
+            row["detail"] = _load(row["detail"])
+        return rows
+
+    async def insert_event(
+        self, event_id: str, project_id: int, principal: str, type_: str, detail: Any, effect: str, now: float
+    ) -> None:
+        await self.tx.run(
+            "INSERT INTO events (id, project_id, principal, type, detail, effect, at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            event_id,
+            project_id,
+            principal,
+            type_,
+            _dump(detail),
+            effect,
+            now,
+        )
+
+    async def count_events_since(self, project_id: int, principal: str, since: float) -> int:
+        row = await self.tx.one(
+            "SELECT COUNT(*) AS n FROM events WHERE project_id = ? AND principal = ? AND at > ?",
+            project_id,
+            principal,
+            since,
+        )
+        return int(row["n"]) if row else 0
+
+    # -- recall -------------------------------------------------------------
+
+    async def search(
+        self, project_id: int, query: str, kind: str | None, limit: int, now: float
+    ) -> list[tuple[Entry, float]]:
+        hits = await self.index.search(project_id, query, kind, limit, now)
+        found = await self.entries_by_seqs([seq for seq, _ in hits])
+        return [(found[seq], score) for seq, score in hits if seq in found]
+
+    async def insert_recall(
+        self,
+        recall_id: str,
+        project_id: int,
+        principal: str,
+        query: str,
+        kind: str | None,
+        via: str,
+        results: list[tuple[Entry, float]],
+        now: float,
+    ) -> None:
+        await self.tx.run(
+            "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            recall_id,
+            project_id,
+            principal,
+            query,
+            kind,
+            via,
+            len(results),
+            now,
+        )
+        if results:
+            row = await self.tx.one("SELECT seq FROM recalls WHERE id = ?", recall_id)
+            assert row is not None
+            await self.tx.run_many(
+                "INSERT INTO recall_results (recall_seq, entry_seq, rank, score) VALUES (?, ?, ?, ?)",
+                [(row["seq"], entry.seq, rank, score) for rank, (entry, score) in enumerate(results)],
+            )
+
+    async def recall_hit(
+        self, project_id: int, recall_id: str, principal: str, entry_id: str
+    ) -> tuple[int, int] | None:
+        row = await self.tx.one(
+            "SELECT r.seq AS recall_seq, e.seq AS entry_seq FROM recalls r "
+            "JOIN recall_results rr ON rr.recall_seq = r.seq "
+            "JOIN entries e ON e.seq = rr.entry_seq "
+            "WHERE r.project_id = ? AND r.id = ? AND r.principal = ? AND e.id = ?",
+            project_id,
+            recall_id,
+            principal,
+            entry_id,
+        )
+        return (row["recall_seq"], row["entry_seq"]) if row else None
+
+    async def insert_recall_use(self, project_id: int, recall_seq: int, entry_seq: int, now: float) -> bool:
+        return bool(
+            await self.tx.run(
+                "INSERT INTO recall_uses (recall_seq, entry_seq, project_id, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                recall_seq,
+                entry_seq,
+                project_id,
+                now,
+            )
+        )
+
+    async def use_counts(self, entry_seqs: Iterable[int]) -> dict[int, int]:
+        seqs = list(entry_seqs)
+        if not seqs:
+            return {}
+        marks = ", ".join("?" for _ in seqs)
+        rows = await self.tx.all(
+            f"SELECT entry_seq, COUNT(*) AS n FROM recall_uses WHERE entry_seq IN ({marks}) GROUP BY entry_seq", *seqs
+        )
+        return {r["entry_seq"]: int(r["n"]) for r in rows}
+
+    # -- attestation replay and delivery stores -------------------------------
+
+    async def reserve_jti(self, issuer: str, jti: str, expires_at: float, now: float) -> bool:
+        """True if this (issuer, jti) was never seen while it could be accepted."""
+        await self.tx.run("DELETE FROM seen_tokens WHERE issuer = ? AND jti = ? AND expires_at <= ?", issuer, jti, now)
+        return bool(
+            await self.tx.run(
+                "INSERT INTO seen_tokens (issuer, jti, expires_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                issuer,
+                jti,
+                expires_at,
+            )
+        )
+
+    async def reserve_delivery(self, source: str, key: str, now: float) -> bool:
+        return bool(
+            await self.tx.run(
+                "INSERT INTO webhook_deliveries (source, delivery_key, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                source,
+                key,
+                now,
+            )
+        )
+
+    async def insert_attestation(
+        self,
+        attestation_id: str,
+        project_id: int,
+        issuer: str,
+        check: str,
+        outcome: str,
+        counted: bool,
+        reason: str | None,
+        provenance: Any,
+        run_url: str | None,
+        now: float,
+    ) -> None:
+        await self.tx.run(
+            "INSERT INTO attestations (id, project_id, issuer, check_name, outcome, counted, reason, provenance, run_url, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            attestation_id,
+            project_id,
+            issuer,
+            check,
+            outcome,
+            1 if counted else 0,
+            reason,
+            _dump(provenance),
+            run_url,
+            now,
+        )
+
+    async def count_rows(self, table: str) -> int:
+        assert table.isidentifier()
+        row = await self.tx.one(f"SELECT COUNT(*) AS n FROM {table}")
+        return int(row["n"]) if row else 0

@@ -1,0 +1,209 @@
+"""The schema, as forward migrations shared by both backends.
+
+Types are written as `{ID}` (auto-increment key), `{REAL}`, `{INT}`, `{TEXT}`,
+`{BLOB}` and expanded per dialect.  Every moment is a float of epoch seconds.
+A migration never changes once released: a new version is appended.
+"""
+
+from __future__ import annotations
+
+DIALECT_TYPES = {
+    "sqlite": {"ID": "INTEGER PRIMARY KEY", "REAL": "REAL", "INT": "INTEGER", "TEXT": "TEXT", "BLOB": "BLOB"},
+    "postgres": {
+        "ID": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        "REAL": "DOUBLE PRECISION",
+        "INT": "BIGINT",
+        "TEXT": "TEXT",
+        "BLOB": "BYTEA",
+    },
+}
+
+MIGRATIONS: list[tuple[int, list[str]]] = [
+    (
+        1,
+        [
+            """CREATE TABLE IF NOT EXISTS meta (key {TEXT} PRIMARY KEY, value {TEXT} NOT NULL)""",
+            """CREATE TABLE projects (
+                id {ID},
+                slug {TEXT} NOT NULL UNIQUE,
+                created_at {REAL} NOT NULL,
+                k_distinct_issuers {INT} NOT NULL,
+                window_days {REAL} NOT NULL,
+                playbook_min_trusted {INT} NOT NULL,
+                playbook_top_n {INT} NOT NULL,
+                demotions_per_hour {INT} NOT NULL,
+                playbook {TEXT} NOT NULL DEFAULT ''
+            )""",
+            """CREATE TABLE tokens (
+                id {ID},
+                project_id {INT} NOT NULL REFERENCES projects(id),
+                principal {TEXT} NOT NULL,
+                level {TEXT} NOT NULL,
+                token_hash {TEXT} NOT NULL UNIQUE,
+                created_at {REAL} NOT NULL,
+                revoked_at {REAL}
+            )""",
+            "CREATE INDEX tokens_principal ON tokens(project_id, principal)",
+            """CREATE TABLE entries (
+                seq {ID},
+                id {TEXT} NOT NULL UNIQUE,
+                project_id {INT} NOT NULL REFERENCES projects(id),
+                kind {TEXT} NOT NULL,
+                statement {TEXT} NOT NULL,
+                evidence {TEXT},
+                norm_statement {TEXT} NOT NULL,
+                state {TEXT} NOT NULL,
+                created_at {REAL} NOT NULL,
+                created_by {TEXT} NOT NULL,
+                created_via {TEXT} NOT NULL,
+                expires_at {REAL},
+                promoted_at {REAL},
+                promoted_by {TEXT},
+                provenance {TEXT}
+            )""",
+            "CREATE INDEX entries_project_seq ON entries(project_id, seq)",
+            "CREATE INDEX entries_project_state ON entries(project_id, state, seq)",
+            "CREATE INDEX entries_project_norm ON entries(project_id, norm_statement)",
+            "CREATE INDEX entries_project_author ON entries(project_id, created_by, seq)",
+            """CREATE TABLE supports (
+                id {ID},
+                entry_seq {INT} NOT NULL REFERENCES entries(seq),
+                issuer {TEXT} NOT NULL,
+                source {TEXT} NOT NULL,
+                attestation_id {TEXT},
+                at {REAL} NOT NULL,
+                UNIQUE (entry_seq, issuer, source)
+            )""",
+            """CREATE TABLE contradictions (
+                id {ID},
+                entry_seq {INT} NOT NULL REFERENCES entries(seq),
+                project_id {INT} NOT NULL,
+                by_principal {TEXT} NOT NULL,
+                detail {TEXT},
+                at {REAL} NOT NULL,
+                until {REAL} NOT NULL
+            )""",
+            "CREATE INDEX contradictions_entry ON contradictions(entry_seq)",
+            "CREATE INDEX contradictions_principal ON contradictions(project_id, by_principal, at)",
+            """CREATE TABLE audit (
+                id {ID},
+                project_id {INT} NOT NULL,
+                at {REAL} NOT NULL,
+                action {TEXT} NOT NULL,
+                entry_id {TEXT},
+                actor {TEXT} NOT NULL,
+                detail {TEXT}
+            )""",
+            "CREATE INDEX audit_project ON audit(project_id, id)",
+            "CREATE INDEX audit_entry ON audit(project_id, entry_id, id)",
+            """CREATE TABLE rate_limit_marks (
+                project_id {INT} NOT NULL,
+                principal {TEXT} NOT NULL,
+                kind {TEXT} NOT NULL,
+                hour {INT} NOT NULL,
+                PRIMARY KEY (project_id, principal, kind, hour)
+            )""",
+            """CREATE TABLE events (
+                seq {ID},
+                id {TEXT} NOT NULL UNIQUE,
+                project_id {INT} NOT NULL,
+                principal {TEXT} NOT NULL,
+                type {TEXT} NOT NULL,
+                detail {TEXT},
+                effect {TEXT} NOT NULL,
+                at {REAL} NOT NULL
+            )""",
+            """CREATE TABLE recalls (
+                seq {ID},
+                id {TEXT} NOT NULL UNIQUE,
+                project_id {INT} NOT NULL,
+                principal {TEXT} NOT NULL,
+                query {TEXT} NOT NULL,
+                kind {TEXT},
+                via {TEXT} NOT NULL,
+                returned {INT} NOT NULL,
+                at {REAL} NOT NULL
+            )""",
+            "CREATE INDEX recalls_project_at ON recalls(project_id, at)",
+            """CREATE TABLE recall_results (
+                recall_seq {INT} NOT NULL,
+                entry_seq {INT} NOT NULL,
+                rank {INT} NOT NULL,
+                score {REAL} NOT NULL,
+                PRIMARY KEY (recall_seq, entry_seq)
+            )""",
+            "CREATE INDEX recall_results_entry ON recall_results(entry_seq)",
+            """CREATE TABLE recall_uses (
+                recall_seq {INT} NOT NULL,
+                entry_seq {INT} NOT NULL,
+                project_id {INT} NOT NULL,
+                at {REAL} NOT NULL,
+                PRIMARY KEY (recall_seq, entry_seq)
+            )""",
+            "CREATE INDEX recall_uses_entry ON recall_uses(entry_seq)",
+            "CREATE INDEX recall_uses_project_at ON recall_uses(project_id, at)",
+            """CREATE TABLE attestations (
+                seq {ID},
+                id {TEXT} NOT NULL UNIQUE,
+                project_id {INT} NOT NULL,
+                issuer {TEXT} NOT NULL,
+                check_name {TEXT} NOT NULL,
+                outcome {TEXT} NOT NULL,
+                counted {INT} NOT NULL,
+                reason {TEXT},
+                provenance {TEXT},
+                run_url {TEXT},
+                at {REAL} NOT NULL
+            )""",
+            "CREATE INDEX attestations_project_check ON attestations(project_id, check_name)",
+            """CREATE TABLE seen_tokens (
+                issuer {TEXT} NOT NULL,
+                jti {TEXT} NOT NULL,
+                expires_at {REAL} NOT NULL,
+                PRIMARY KEY (issuer, jti)
+            )""",
+            """CREATE TABLE webhook_deliveries (
+                source {TEXT} NOT NULL,
+                delivery_key {TEXT} NOT NULL,
+                at {REAL} NOT NULL,
+                PRIMARY KEY (source, delivery_key)
+            )""",
+            """CREATE TABLE jwks_refreshes (
+                issuer {TEXT} PRIMARY KEY,
+                at {REAL} NOT NULL
+            )""",
+            """CREATE TABLE proposals (
+                seq {ID},
+                id {TEXT} NOT NULL UNIQUE,
+                project_id {INT} NOT NULL,
+                kind {TEXT} NOT NULL,
+                statement {TEXT} NOT NULL,
+                rationale {TEXT},
+                proposed_by {TEXT} NOT NULL,
+                state {TEXT} NOT NULL,
+                created_at {REAL} NOT NULL,
+                decided_at {REAL},
+                decided_by {TEXT},
+                reason {TEXT},
+                entry_id {TEXT}
+            )""",
+            "CREATE INDEX proposals_project ON proposals(project_id, seq)",
+            """CREATE TABLE thread_messages (
+                seq {ID},
+                id {TEXT} NOT NULL UNIQUE,
+                project_id {INT} NOT NULL,
+                thread_id {TEXT} NOT NULL,
+                author {TEXT} NOT NULL,
+                text {TEXT} NOT NULL,
+                posted_by {TEXT} NOT NULL,
+                at {REAL} NOT NULL
+            )""",
+        ],
+    ),
+]
+
+LATEST_VERSION = MIGRATIONS[-1][0]
+
+
+def expand(sql: str, dialect: str) -> str:
+    return sql.format(**DIALECT_TYPES[dialect])

@@ -1,0 +1,1 @@
+"""The HTTP door: REST API, webhooks, MCP mount, dashboard and playbook."""

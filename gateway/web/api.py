@@ -1,0 +1,191 @@
+"""REST routes for entries, events, recall, audit, settings and playbook.
+
+Each handler reads its inputs, calls one core function, and shapes the
+answer; the rule itself lives below, in `gateway.knowledge` and friends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.clock import parse_rfc3339, to_rfc3339
+from gateway.errors import Invalid
+from gateway.knowledge import decode_cursor, encode_cursor, require
+from gateway.web.inputs import json_body, principal_for, query_int, query_str
+
+
+def _hub(request: Request) -> Any:
+    return request.app.state.hub
+
+
+def _now(request: Request) -> float:
+    return _hub(request).clock.now()
+
+
+async def create_entry(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "write", "learn")
+    body = await json_body(request, required=("kind", "statement"), optional=("evidence", "ttl_days", "expires_at"))
+    expires_at = None
+    if body.get("expires_at") is not None:
+        try:
+            expires_at = parse_rfc3339(body["expires_at"])
+        except (ValueError, TypeError, OverflowError):
+            raise Invalid("expires_at must be an RFC 3339 timestamp such as 2026-12-31T00:00:00Z", code="invalid_field") from None
+    entry, duplicate = await _hub(request).knowledge.learn(
+        principal,
+        body["kind"],
+        body["statement"],
+        body.get("evidence"),
+        ttl_days=body.get("ttl_days"),
+        expires_at=expires_at,
+    )
+    payload = entry.to_json(_now(request))
+    if duplicate:
+        payload["duplicate"] = True
+        return JSONResponse(payload, status_code=200)
+    return JSONResponse(payload, status_code=201)
+
+
+async def list_entries(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    entries, next_cursor = await _hub(request).knowledge.list(
+        principal,
+        state=query_str(request, "state", 20),
+        kind=query_str(request, "kind", 20),
+        limit=query_int(request, "limit", 50, 1, 200),
+        cursor=query_str(request, "cursor", 64),
+    )
+    now = _now(request)
+    return JSONResponse({"entries": [e.to_json(now) for e in entries], "next_cursor": next_cursor})
+
+
+async def get_entry(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    entry = await _hub(request).knowledge.get(principal, request.path_params["entry_id"])
+    return JSONResponse(entry.to_json(_now(request)))
+
+
+async def confirm_entry(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "owner", "confirm")
+    await json_body(request, allow_empty=True)
+    entry = await _hub(request).knowledge.confirm(principal, request.path_params["entry_id"])
+    return JSONResponse(entry.to_json(_now(request)))
+
+
+async def refute_entry(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "owner", "refute")
+    body = await json_body(request, required=("reason",))
+    entry = await _hub(request).knowledge.refute(principal, request.path_params["entry_id"], body["reason"])
+    return JSONResponse(entry.to_json(_now(request)))
+
+
+async def post_event(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "write", "posting an event")
+    body = await json_body(request, required=("type", "detail"))
+    event_id, effect = await _hub(request).knowledge.post_event(principal, body["type"], body["detail"])
+    return JSONResponse({"event_id": event_id, "effect": effect}, status_code=202)
+
+
+def recall_entry_json(entry: Any, score: float, now: float) -> dict[str, Any]:
+    payload = entry.to_json(now)
+    payload["score"] = round(score, 6)
+    return payload
+
+
+async def recall(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    query = query_str(request, "q", 2000) or ""
+    recall_id, results = await _hub(request).recall.recall(
+        principal,
+        query,
+        query_str(request, "kind", 20),
+        query_int(request, "limit", 10, 1, 50),
+        via="rest",
+    )
+    now = _now(request)
+    return JSONResponse({"recall_id": recall_id, "entries": [recall_entry_json(e, s, now) for e, s in results]})
+
+
+async def recall_used(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    body = await json_body(request, required=("recall_id", "entry_id"))
+    await _hub(request).recall.used(principal, body["recall_id"], body["entry_id"])
+    return Response(status_code=204)
+
+
+async def audit(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "owner", "reading the audit ledger")
+    limit = query_int(request, "limit", 100, 1, 500)
+    entry_id = query_str(request, "entry", 100)
+    action = query_str(request, "action", 40)
+    before = decode_cursor(query_str(request, "cursor", 64))
+    rows = await _hub(request).driver.read(
+        lambda q: q.audit_rows(principal.project.id, entry_id=entry_id, action=action, before_id=before, limit=limit + 1)
+    )
+    next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+    return JSONResponse(
+        {
+            "rows": [
+                {"at": to_rfc3339(r["at"]), "action": r["action"], "entry_id": r["entry_id"], "actor": r["actor"], "detail": r["detail"]}
+                for r in rows[:limit]
+            ],
+            "next_cursor": next_cursor,
+        }
+    )
+
+
+async def settings(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    accounts = _hub(request).accounts
+    if request.method == "PATCH":
+        require(principal, "owner", "changing settings")
+        body = await json_body(
+            request,
+            optional=("k_distinct_issuers", "window_days", "playbook_min_trusted", "playbook_top_n", "demotions_per_hour"),
+        )
+        updated = await accounts.update_settings(principal, body)
+        return JSONResponse(updated.to_json())
+    return JSONResponse((await accounts.settings(principal)).to_json())
+
+
+async def playbook(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    accounts = _hub(request).accounts
+    if request.method == "PUT":
+        require(principal, "owner", "editing the playbook")
+        from gateway.web.inputs import raw_body
+
+        raw = await raw_body(request, 64 * 1024)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Invalid("the playbook must be UTF-8 text", code="invalid_field") from None
+        await accounts.set_playbook(principal, text)
+        return Response(text, media_type="text/markdown; charset=utf-8")
+    return Response(await accounts.playbook(principal), media_type="text/markdown; charset=utf-8")
+
+
+P = "/v1/projects/{project}"
+
+routes = [
+    Route(f"{P}/entries", create_entry, methods=["POST"]),
+    Route(f"{P}/entries", list_entries, methods=["GET"]),
+    Route(f"{P}/entries/{{entry_id}}", get_entry, methods=["GET"]),
+    Route(f"{P}/entries/{{entry_id}}/confirm", confirm_entry, methods=["POST"]),
+    Route(f"{P}/entries/{{entry_id}}/refute", refute_entry, methods=["POST"]),
+    Route(f"{P}/events", post_event, methods=["POST"]),
+    Route(f"{P}/recall", recall, methods=["GET"]),
+    Route(f"{P}/recall_used", recall_used, methods=["POST"]),
+    Route(f"{P}/audit", audit, methods=["GET"]),
+    Route(f"{P}/settings", settings, methods=["GET", "PATCH"]),
+    Route(f"{P}/playbook", playbook, methods=["GET", "PUT"]),
+]

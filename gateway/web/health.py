@@ -1,0 +1,39 @@
+"""Liveness, readiness and metrics: no credential, nothing secret."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    hub = request.app.state.hub
+    store_ok = await hub.driver.ping()
+    checkmaps = hub.extensions.get("checkmaps")
+    maps = checkmaps.status() if checkmaps is not None else []
+    ready = store_ok and hub.started
+    body = {"ready": ready, "store": "ok" if store_ok else "unavailable", "checkmaps": maps}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def metrics(request: Request) -> Response:
+    hub = request.app.state.hub
+    return Response(hub.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def hello(request: Request) -> Response:
+    """The baseline route the benchmarks compare against."""
+    return Response(b"ok", media_type="text/plain")
+
+
+routes = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/bench/hello", hello, methods=["GET"]),
+]

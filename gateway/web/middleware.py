@@ -1,0 +1,86 @@
+"""Pure ASGI middleware: header limits before anything else, request ids, access log."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.web.errors import error_response
+
+log = logging.getLogger("relayroom.access")
+
+MAX_AUTH_HEADER = 16 * 1024
+MAX_HEADERS_TOTAL = 64 * 1024
+
+
+class GuardMiddleware:
+    """Refuses oversize headers before any route, token check or crypto runs,
+    tags each request with an id, and writes one access-log line (path and
+    status, never a header value)."""
+
+    def __init__(self, app: ASGIApp, metrics: Any = None) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        total = 0
+        for name, value in scope.get("headers", []):
+            total += len(name) + len(value)
+            if name == b"authorization" and len(value) > MAX_AUTH_HEADER:
+                response = error_response(
+                    431, "header_too_large", "the Authorization header is over the 16 KiB limit"
+                )
+                await response(scope, receive, send)
+                return
+        if total > MAX_HEADERS_TOTAL:
+            response = error_response(431, "header_too_large", "the request headers are over the 64 KiB limit")
+            await response(scope, receive, send)
+            return
+        request_id = uuid.uuid4().hex[:16]
+        scope.setdefault("state", {})["request_id"] = request_id
+        started = time.perf_counter()
+        status_holder = [500]
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status_holder[0] = message["status"]
+                headers = list(message.get("headers", []))
+                headers.append((b"x-request-id", request_id.encode()))
+                message = dict(message)
+                message["headers"] = headers
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            elapsed = time.perf_counter() - started
+            route = _route_template(scope)
+            if self.metrics is not None:
+                self.metrics.observe_request(scope.get("method", ""), route, status_holder[0], elapsed)
+            if log.isEnabledFor(logging.INFO):
+                log.info(
+                    "request",
+                    extra={
+                        "request_id": request_id,
+                        "method": scope.get("method"),
+                        "route": route,
+                        "status": status_holder[0],
+                        "ms": round(elapsed * 1000, 2),
+                    },
+                )
+
+
+def _route_template(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if path:
+        return path
+    raw = scope.get("path", "")
+    return "/mcp" if raw.startswith("/mcp") else "unmatched"

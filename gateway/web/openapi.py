@@ -1,0 +1,16 @@
+"""`GET /openapi.json`: the API described as OpenAPI 3 (see gateway/openapi_spec.py)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+
+async def openapi(request: Request) -> Response:
+    from gateway.openapi_spec import spec
+
+    return JSONResponse(spec())
+
+
+routes = [Route("/openapi.json", openapi, methods=["GET"])]

@@ -1,0 +1,3 @@
+"""(placeholder: filled in by its issue)"""
+
+routes: list = []
