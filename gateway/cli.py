@@ -56,6 +56,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = Config.from_env(workers=args.workers)
     from gateway.logs import configure_logging
 
+    sys.stdout.flush()
     configure_logging(config.log_level)
     uvicorn.run(
         "gateway.web.app:app_from_env",

@@ -95,8 +95,22 @@ async def app(hub: Hub) -> AsyncIterator[Any]:
     from gateway.web.app import build_app
 
     application = build_app(hub, manage_hub=False)
-    async with application.state.session_manager.run():
+    # The MCP session manager's task group must be entered and left by one
+    # task; pytest-asyncio may run setup and teardown in different ones.
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    async def keep_running() -> None:
+        async with application.state.session_manager.run():
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(keep_running())
+    await started.wait()
+    try:
         yield application
+    finally:
+        stop.set()
+        await task
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Route modules each own a list of `routes` and may define `setup(hub)` to hang
 start/stop hooks or services on the hub; this file only assembles them.  The
-MCP app is mounted last, at "/", as the SDK expects (it serves `/mcp`).
+MCP app is routed at `/mcp`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount
+from starlette.routing import Route
 
 from gateway.config import Config
 from gateway.hub import Hub
@@ -29,20 +29,6 @@ ROUTE_MODULES = (
     "gateway.web.dashboard",
     "gateway.web.openapi",
 )
-
-
-def _only_mcp(mcp_app: Any) -> Any:
-    """The SDK's app serves /mcp; anything else that reaches it gets the
-    gateway's JSON 404 rather than the SDK's plain-text one."""
-    from gateway.web.errors import error_response
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("path") not in ("/mcp", "/mcp/"):
-            await error_response(404, "not_found", "there is nothing at this path")(scope, receive, send)
-            return
-        await mcp_app(scope, receive, send)
-
-    return app
 
 
 def app_from_env() -> Starlette:
@@ -72,7 +58,9 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
     from gateway.mcp_server import build_mcp_app
 
     mcp_app, session_manager = build_mcp_app(hub)
-    routes.append(Mount("/", app=_only_mcp(mcp_app)))
+    # A Route (not a Mount at "/") so that every other path keeps the
+    # router's own 404/405 answers; the SDK app still sees path /mcp.
+    routes.append(Route("/mcp", endpoint=mcp_app))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

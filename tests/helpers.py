@@ -1,0 +1,56 @@
+"""Small helpers shared by the API tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from gateway.model import Support
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def learn(client: httpx.AsyncClient, slug: str, token: str, statement: str, kind: str = "fact", **extra: Any) -> dict[str, Any]:
+    r = await client.post(
+        f"/v1/projects/{slug}/entries", json={"kind": kind, "statement": statement, **extra}, headers=bearer(token)
+    )
+    assert r.status_code in (200, 201), r.text
+    return r.json()
+
+
+async def support(hub: Any, slug: str, entry_id: str, issuer: str, source: str = "check-a") -> Any:
+    """A verified issuer's support, straight into the core (the attestation
+    intake calls the same function after verifying the credential)."""
+    project = await hub.accounts.project(slug)
+    now = hub.clock.now()
+
+    async def unit(q: Any) -> Any:
+        return await hub.knowledge.apply_support(q, project, entry_id, Support(issuer, source, None, now), now)
+
+    return await hub.driver.write(unit)
+
+
+async def audit_actions(hub: Any, slug: str, entry_id: str | None = None) -> list[str]:
+    project = await hub.accounts.project(slug)
+    rows = await hub.driver.read(lambda q: q.audit_rows(project.id, entry_id=entry_id, limit=1000))
+    return [r["action"] for r in reversed(rows)]
+
+
+async def snapshot(hub: Any) -> dict[str, int]:
+    """Row counts of every table a request could change."""
+    tables = [
+        "projects", "tokens", "entries", "supports", "contradictions", "audit", "events", "recalls",
+        "recall_results", "recall_uses", "attestations", "seen_tokens", "webhook_deliveries", "proposals",
+        "thread_messages", "rate_limit_marks",
+    ]
+
+    async def unit(q: Any) -> dict[str, int]:
+        return {t: await q.count_rows(t) for t in tables}
+
+    counts = await hub.driver.read(unit)
+    states = await hub.driver.read(lambda q: q.tx.all("SELECT state, COUNT(*) AS n FROM entries GROUP BY state ORDER BY state"))
+    counts.update({f"state:{r['state']}": int(r["n"]) for r in states})
+    return counts
