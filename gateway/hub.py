@@ -15,7 +15,7 @@ from typing import Any
 from gateway.accounts import Accounts
 from gateway.clock import Clock, SystemClock
 from gateway.config import Config
-from gateway.knowledge import Knowledge
+from gateway.knowledge import Knowledge, WriteLimits
 from gateway.metrics import Metrics
 from gateway.recall import Recall
 from gateway.store import open_driver
@@ -30,7 +30,9 @@ class Hub:
         self.clock: Clock = clock or SystemClock()
         self.driver: Driver = driver or open_driver(config.database_url)
         self.accounts = Accounts(self.driver, self.clock)
-        self.knowledge = Knowledge(self.driver, self.clock)
+        self.knowledge = Knowledge(
+            self.driver, self.clock, WriteLimits(config.learn_per_hour, config.events_per_hour)
+        )
         self.recall = Recall(self.driver, self.clock)
         self.metrics = Metrics()
         self.extensions: dict[str, Any] = {}

@@ -77,10 +77,29 @@ class SupportOutcome:
     promoted: bool
 
 
+@dataclass(frozen=True)
+class WriteLimits:
+    """Per-principal hourly budgets for agent writes (abuse limits, distinct
+    from the demotion budget of the trust rule)."""
+
+    learn_per_hour: int = 600
+    events_per_hour: int = 1200
+
+
+def _over_budget(what: str, principal: str, limit: int, count: int, oldest: float | None, now: float) -> RateLimited | None:
+    if count < limit:
+        return None
+    retry = trust.rate_limit_retry_after(oldest, now)
+    return RateLimited(
+        f"{principal} has reached {limit} {what} per hour; retry in {retry} s", code="rate_limited", retry_after=retry
+    )
+
+
 class Knowledge:
-    def __init__(self, driver: Driver, clock: Clock) -> None:
+    def __init__(self, driver: Driver, clock: Clock, limits: WriteLimits | None = None) -> None:
         self.driver = driver
         self.clock = clock
+        self.limits = limits or WriteLimits()
 
     # -- writing candidates ---------------------------------------------------
 
@@ -119,6 +138,11 @@ class Knowledge:
             existing = await q.live_duplicate(project.id, norm, principal.name, now)
             if existing is not None:
                 return existing, True
+            if via == "learn":
+                count, oldest = await q.count_learns_since(project.id, principal.name, now - HOUR)
+                refusal = _over_budget("learns", principal.name, self.limits.learn_per_hour, count, oldest, now)
+                if refusal is not None:
+                    raise refusal
             entry = Entry(
                 seq=0,
                 id=new_id("kn"),
@@ -244,6 +268,10 @@ class Knowledge:
         event_id = new_id("ev")
 
         async def unit(q: Queries) -> tuple[str, _ContradictOutcome | None]:
+            count, oldest = await q.count_events_since(project.id, principal.name, now - HOUR)
+            refusal = _over_budget("events", principal.name, self.limits.events_per_hour, count, oldest, now)
+            if refusal is not None:
+                raise refusal
             if target is None:
                 await q.insert_event(event_id, project.id, principal.name, type_, detail, "none", now)
                 return "none", None

@@ -308,3 +308,24 @@ async def test_playbook_get_and_put(client: httpx.AsyncClient, acme: ProjectToke
     assert put.status_code == 200
     assert (await client.get("/v1/projects/acme/playbook", headers=bearer(acme.reader))).text == "# Acme\n\nBe kind.\n"
     assert (await client.put("/v1/projects/acme/playbook", content="x", headers=bearer(acme.writer))).status_code == 403
+
+
+async def test_learn_and_event_budgets(hub: Any, client: httpx.AsyncClient, acme: ProjectTokens, clock: Any) -> None:
+    from gateway.knowledge import WriteLimits
+
+    hub.knowledge.limits = WriteLimits(learn_per_hour=3, events_per_hour=2)
+    for i in range(3):
+        await learn(client, "acme", acme.writer, f"Budgeted fact {i}.")
+    r = await client.post("/v1/projects/acme/entries", json={"kind": "fact", "statement": "One too many."}, headers=bearer(acme.writer))
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limited" and int(r.headers["retry-after"]) >= 1
+    # a duplicate costs nothing and still answers
+    dup = await client.post("/v1/projects/acme/entries", json={"kind": "fact", "statement": "budgeted fact 0."}, headers=bearer(acme.writer))
+    assert dup.status_code == 200
+    # other principals have their own budget
+    await learn(client, "acme", acme.other_writer, "Someone else's fact.")
+    for _ in range(2):
+        assert (await client.post("/v1/projects/acme/events", json={"type": "note", "detail": {}}, headers=bearer(acme.writer))).status_code == 202
+    assert (await client.post("/v1/projects/acme/events", json={"type": "note", "detail": {}}, headers=bearer(acme.writer))).status_code == 429
+    clock.advance(HOUR + 1)
+    assert (await client.post("/v1/projects/acme/events", json={"type": "note", "detail": {}}, headers=bearer(acme.writer))).status_code == 202
+    await learn(client, "acme", acme.writer, "After the hour.")

@@ -70,7 +70,9 @@ def _entry(row: dict[str, Any]) -> Entry:
 STATE_FILTERS = {
     "candidate": "(e.state = 'candidate' AND (e.expires_at IS NULL OR e.expires_at > ?))",
     "trusted": "(e.state = 'trusted' AND (e.expires_at IS NULL OR e.expires_at > ?))",
-    "contradicted": "(e.state = 'contradicted' AND ? IS NOT NULL)",
+    # The cast gives PostgreSQL the parameter's type; it is unused here but
+    # keeps one `now` argument per filter.
+    "contradicted": "(e.state = 'contradicted' AND CAST(? AS DOUBLE PRECISION) IS NOT NULL)",
     "retired": "(e.state = 'retired' OR (e.state IN ('candidate', 'trusted') AND e.expires_at <= ?))",
 }
 
@@ -79,6 +81,19 @@ class Queries:
     def __init__(self, tx: Tx) -> None:
         self.tx = tx
         self.index = index_for(tx)
+
+    # -- cross-process serialisation -----------------------------------------
+
+    async def serialize(self, key: str) -> None:
+        """Hold a lock named `key` until this write transaction ends.
+
+        For a unit that counts rows and then decides (a rate limit, "is this
+        statement already stored"): on PostgreSQL two processes could both
+        count before either inserts, so they take an advisory transaction
+        lock on the key first.  SQLite needs nothing: its writes are one at a
+        time (`BEGIN IMMEDIATE`), across processes too."""
+        if self.tx.dialect == "postgres":
+            await self.tx.one("SELECT pg_advisory_xact_lock(hashtextextended(?, 0)) AS locked", key)
 
     # -- meta ---------------------------------------------------------------
 
@@ -98,8 +113,11 @@ class Queries:
         row = await self.tx.one("SELECT * FROM projects WHERE slug = ?", slug)
         return _project(row) if row else None
 
-    async def project_by_id(self, project_id: int) -> Project | None:
-        row = await self.tx.one("SELECT * FROM projects WHERE id = ?", project_id)
+    async def project_by_id(self, project_id: int, *, for_update: bool = False) -> Project | None:
+        sql = "SELECT * FROM projects WHERE id = ?"
+        if for_update and self.tx.dialect == "postgres":
+            sql += " FOR UPDATE"
+        row = await self.tx.one(sql, project_id)
         return _project(row) if row else None
 
     async def projects(self) -> list[Project]:
@@ -311,6 +329,8 @@ class Queries:
         """A live entry with this statement that `principal` may see: its own
         (candidate or trusted) or a trusted one.  Another principal's candidate
         is never matched, so learn cannot be used to probe for it."""
+        # Two processes learning the same statement at once store it once.
+        await self.serialize(f"statement:{project_id}:{norm_statement}")
         row = await self.tx.one(
             f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
             "WHERE e.project_id = ? AND e.norm_statement = ? AND (e.expires_at IS NULL OR e.expires_at > ?) "
@@ -358,7 +378,7 @@ class Queries:
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
             "WHERE e.state IN ('candidate', 'trusted') AND e.expires_at IS NOT NULL AND e.expires_at <= ? "
-            "ORDER BY e.seq LIMIT ?",
+            "ORDER BY e.seq LIMIT ?" + (" FOR UPDATE OF e SKIP LOCKED" if self.tx.dialect == "postgres" else ""),
             now,
             limit,
         )
@@ -394,6 +414,9 @@ class Queries:
         entry.contradictions.append(record)
 
     async def demotions_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
+        # The count decides whether one more demotion passes: two refutes at
+        # once on two processes must not both see the last free slot.
+        await self.serialize(f"demotions:{project_id}:{principal}")
         row = await self.tx.one(
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM contradictions WHERE project_id = ? AND by_principal = ? AND at > ?",
             project_id,
@@ -474,14 +497,24 @@ class Queries:
             now,
         )
 
-    async def count_events_since(self, project_id: int, principal: str, since: float) -> int:
+    async def count_learns_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
         row = await self.tx.one(
-            "SELECT COUNT(*) AS n FROM events WHERE project_id = ? AND principal = ? AND at > ?",
+            "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM entries "
+            "WHERE project_id = ? AND created_by = ? AND created_at > ? AND created_via = 'learn'",
             project_id,
             principal,
             since,
         )
-        return int(row["n"]) if row else 0
+        return (int(row["n"]), row["oldest"]) if row else (0, None)
+
+    async def count_events_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
+        row = await self.tx.one(
+            "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM events WHERE project_id = ? AND principal = ? AND at > ?",
+            project_id,
+            principal,
+            since,
+        )
+        return (int(row["n"]), row["oldest"]) if row else (0, None)
 
     # -- recall -------------------------------------------------------------
 
@@ -614,3 +647,222 @@ class Queries:
         assert table.isidentifier()
         row = await self.tx.one(f"SELECT COUNT(*) AS n FROM {table}")
         return int(row["n"]) if row else 0
+
+    # -- the owner's side: proposals, thread messages, playbook, learning, checks
+    # (issue 5).  Rows are returned as dicts; gateway.proposals, gateway.learning
+    # and gateway.playbook shape them.
+
+    def _day(self, column: str) -> str:
+        """The UTC day number of an epoch column (moments are never negative,
+        so SQLite's truncating CAST is a floor; PostgreSQL's CAST rounds)."""
+        if self.tx.dialect == "postgres":
+            return f"CAST(FLOOR({column} / 86400) AS BIGINT)"
+        return f"CAST({column} / 86400 AS INTEGER)"
+
+    async def insert_proposal(
+        self,
+        proposal_id: str,
+        project_id: int,
+        kind: str,
+        statement: str,
+        rationale: str | None,
+        proposed_by: str,
+        now: float,
+    ) -> dict[str, Any]:
+        await self.tx.run(
+            "INSERT INTO proposals (id, project_id, kind, statement, rationale, proposed_by, state, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)",
+            proposal_id,
+            project_id,
+            kind,
+            statement,
+            rationale,
+            proposed_by,
+            now,
+        )
+        row = await self.proposal(project_id, proposal_id)
+        assert row is not None
+        return row
+
+    async def proposal(self, project_id: int, proposal_id: str, *, for_update: bool = False) -> dict[str, Any] | None:
+        sql = "SELECT * FROM proposals WHERE project_id = ? AND id = ?"
+        if for_update and self.tx.dialect == "postgres":
+            sql += " FOR UPDATE"
+        return await self.tx.one(sql, project_id, proposal_id)
+
+    async def list_proposals(
+        self, project_id: int, *, state: str | None = None, before_seq: int | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        where = ["project_id = ?"]
+        args: list[Any] = [project_id]
+        if state is not None:
+            where.append("state = ?")
+            args.append(state)
+        if before_seq is not None:
+            where.append("seq < ?")
+            args.append(before_seq)
+        return await self.tx.all(
+            f"SELECT * FROM proposals WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", *args, limit
+        )
+
+    async def count_proposals(self, project_id: int) -> dict[str, int]:
+        rows = await self.tx.all(
+            "SELECT state, COUNT(*) AS n FROM proposals WHERE project_id = ? GROUP BY state", project_id
+        )
+        return {r["state"]: int(r["n"]) for r in rows}
+
+    async def decide_proposal(
+        self, seq: int, state: str, now: float, decided_by: str, reason: str | None, entry_id: str | None
+    ) -> bool:
+        """False when the proposal was decided already (only `pending` moves)."""
+        return bool(
+            await self.tx.run(
+                "UPDATE proposals SET state = ?, decided_at = ?, decided_by = ?, reason = ?, entry_id = ? "
+                "WHERE seq = ? AND state = 'pending'",
+                state,
+                now,
+                decided_by,
+                reason,
+                entry_id,
+                seq,
+            )
+        )
+
+    async def insert_thread_message(
+        self, message_id: str, project_id: int, thread_id: str, author: str, text: str, posted_by: str, now: float
+    ) -> None:
+        await self.tx.run(
+            "INSERT INTO thread_messages (id, project_id, thread_id, author, text, posted_by, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            message_id,
+            project_id,
+            thread_id,
+            author,
+            text,
+            posted_by,
+            now,
+        )
+
+    async def count_trusted(self, project_id: int, now: float) -> int:
+        row = await self.tx.one(
+            f"SELECT COUNT(*) AS n FROM entries e WHERE e.project_id = ? AND {STATE_FILTERS['trusted']}",
+            project_id,
+            now,
+        )
+        return int(row["n"]) if row else 0
+
+    async def most_used_trusted(self, project_id: int, now: float, limit: int) -> list[tuple[Entry, int]]:
+        """Trusted, unexpired entries, most used first (ties: oldest first)."""
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS}, COALESCE(u.n, 0) AS uses FROM entries e "
+            "JOIN projects p ON p.id = e.project_id "
+            "LEFT JOIN (SELECT entry_seq, COUNT(*) AS n FROM recall_uses WHERE project_id = ? GROUP BY entry_seq) u "
+            "ON u.entry_seq = e.seq "
+            f"WHERE e.project_id = ? AND {STATE_FILTERS['trusted']} "
+            "ORDER BY COALESCE(u.n, 0) DESC, e.seq ASC LIMIT ?",
+            project_id,
+            project_id,
+            now,
+            limit,
+        )
+        return [(_entry(r), int(r["uses"])) for r in rows]
+
+    async def recall_days(self, project_id: int, since: float) -> list[dict[str, Any]]:
+        """Per UTC day since `since`: recalls made and entries they returned."""
+        day = self._day("at")
+        return await self.tx.all(
+            f"SELECT {day} AS day, COUNT(*) AS recalls, CAST(COALESCE(SUM(returned), 0) AS BIGINT) AS returned "
+            f"FROM recalls WHERE project_id = ? AND at >= ? GROUP BY {day} ORDER BY 1",
+            project_id,
+            since,
+        )
+
+    async def use_days(self, project_id: int, since: float) -> list[dict[str, Any]]:
+        """Per UTC day of the recall: returned entries reported used."""
+        day = self._day("r.at")
+        return await self.tx.all(
+            f"SELECT {day} AS day, COUNT(*) AS used, COUNT(DISTINCT ru.recall_seq) AS recalls_with_use "
+            "FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
+            f"WHERE r.project_id = ? AND r.at >= ? GROUP BY {day} ORDER BY 1",
+            project_id,
+            since,
+        )
+
+    async def entry_recall_counts(self, project_id: int, since: float) -> dict[int, tuple[int, int]]:
+        """entry seq -> (times returned, times used), over recalls made since `since`."""
+        counts: dict[int, tuple[int, int]] = {}
+        for row in await self.tx.all(
+            "SELECT rr.entry_seq, COUNT(*) AS n FROM recall_results rr JOIN recalls r ON r.seq = rr.recall_seq "
+            "WHERE r.project_id = ? AND r.at >= ? GROUP BY rr.entry_seq",
+            project_id,
+            since,
+        ):
+            counts[int(row["entry_seq"])] = (int(row["n"]), 0)
+        for row in await self.tx.all(
+            "SELECT ru.entry_seq, COUNT(*) AS n FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
+            "WHERE r.project_id = ? AND r.at >= ? GROUP BY ru.entry_seq",
+            project_id,
+            since,
+        ):
+            returned, _ = counts.get(int(row["entry_seq"]), (0, 0))
+            counts[int(row["entry_seq"])] = (returned, int(row["n"]))
+        return counts
+
+    async def never_recalled(self, project_id: int, now: float, limit: int) -> tuple[int, list[Entry]]:
+        """Trusted, unexpired entries no recall ever returned: (how many, the oldest few)."""
+        clause = (
+            f"e.project_id = ? AND {STATE_FILTERS['trusted']} "
+            "AND NOT EXISTS (SELECT 1 FROM recall_results rr WHERE rr.entry_seq = e.seq)"
+        )
+        row = await self.tx.one(f"SELECT COUNT(*) AS n FROM entries e WHERE {clause}", project_id, now)
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE {clause} "
+            "ORDER BY e.seq ASC LIMIT ?",
+            project_id,
+            now,
+            limit,
+        )
+        return (int(row["n"]) if row else 0), [_entry(r) for r in rows]
+
+    async def entry_recall_stats(self, entry_seq: int) -> tuple[int, int]:
+        """(times returned by a recall, times reported used) for one entry, ever."""
+        returned = await self.tx.one("SELECT COUNT(*) AS n FROM recall_results WHERE entry_seq = ?", entry_seq)
+        used = await self.tx.one("SELECT COUNT(*) AS n FROM recall_uses WHERE entry_seq = ?", entry_seq)
+        return (int(returned["n"]) if returned else 0), (int(used["n"]) if used else 0)
+
+    async def check_outcomes(self, project_id: int) -> list[dict[str, Any]]:
+        """Attestations grouped by check, issuer, outcome and whether they counted."""
+        return await self.tx.all(
+            "SELECT check_name, issuer, outcome, counted, COUNT(*) AS n, MAX(at) AS last_at FROM attestations "
+            "WHERE project_id = ? GROUP BY check_name, issuer, outcome, counted ORDER BY check_name, issuer",
+            project_id,
+        )
+
+    async def latest_check_reasons(self, project_id: int) -> dict[str, str | None]:
+        """Each check's most recent `reason` (None when its latest attestation counted)."""
+        rows = await self.tx.all(
+            "SELECT a.check_name, a.reason FROM attestations a JOIN ("
+            "SELECT check_name, MAX(seq) AS seq FROM attestations WHERE project_id = ? GROUP BY check_name"
+            ") latest ON latest.seq = a.seq",
+            project_id,
+        )
+        return {r["check_name"]: r["reason"] for r in rows}
+
+    async def candidates_mentioning(self, project_id: int, now: float, words: list[str], limit: int) -> list[Entry]:
+        """Candidates whose statement contains any of `words` (lower case), newest first."""
+        if not words:
+            return []
+        likes = []
+        args: list[Any] = [project_id, now]
+        for word in words:
+            likes.append("e.norm_statement LIKE ? ESCAPE '\\'")
+            escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            args.append(f"%{escaped}%")
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            f"WHERE e.project_id = ? AND {STATE_FILTERS['candidate']} AND ({' OR '.join(likes)}) "
+            "ORDER BY e.seq DESC LIMIT ?",
+            *args,
+            limit,
+        )
+        return [_entry(r) for r in rows]

@@ -65,6 +65,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX entries_project_state ON entries(project_id, state, seq)",
             "CREATE INDEX entries_project_norm ON entries(project_id, norm_statement)",
             "CREATE INDEX entries_project_author ON entries(project_id, created_by, seq)",
+            "CREATE INDEX entries_project_author_time ON entries(project_id, created_by, created_at)",
             """CREATE TABLE supports (
                 id {ID},
                 entry_seq {INT} NOT NULL REFERENCES entries(seq),
@@ -113,6 +114,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 effect {TEXT} NOT NULL,
                 at {REAL} NOT NULL
             )""",
+            "CREATE INDEX events_principal_time ON events(project_id, principal, at)",
             """CREATE TABLE recalls (
                 seq {ID},
                 id {TEXT} NOT NULL UNIQUE,
