@@ -133,3 +133,56 @@ def test_bad_database_url(cli_env: dict[str, str]) -> None:
     env = {**cli_env, "RELAYROOM_DATABASE_URL": "mysql://x"}
     result = relayroom("sweep", env=env, check=False)
     assert result.returncode == 1 and "unsupported database URL" in result.stderr.strip().splitlines()[-1]
+
+
+def test_quickstart_creates_demo_and_serves(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")}
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "quickstart", "--port", str(port)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines: list[str] = []
+        assert proc.stdout is not None
+        while not any("playbook:" in line for line in lines):
+            line = proc.stdout.readline()
+            assert line, "quickstart exited early: " + "".join(lines)
+            lines.append(line)
+        owner = next(line.split()[-1] for line in lines if "owner token" in line)
+        agent = next(line.split()[-1] for line in lines if "agent token" in line)
+        assert (tmp_path / "relayroom.db").exists() and (tmp_path / "checkmaps" / "demo.yaml").exists()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        r = httpx.post(f"{url}/v1/projects/demo/entries", json={"kind": "fact", "statement": "Quickstart works."},
+                       headers={"Authorization": f"Bearer {agent}"})
+        assert r.status_code == 201
+        c = httpx.post(f"{url}/v1/projects/demo/entries/{r.json()['id']}/confirm", headers={"Authorization": f"Bearer {owner}"})
+        assert c.json()["state"] == "trusted"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    # a second quickstart on the same store creates nothing new
+    again = subprocess.Popen([sys.executable, "-m", "gateway", "quickstart", "--port", str(free_port())], env=env, cwd=tmp_path,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert again.stdout is not None
+        assert "already has projects" in again.stdout.readline()
+    finally:
+        again.terminate()
+        again.wait(10)
