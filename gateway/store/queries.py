@@ -866,3 +866,70 @@ class Queries:
             limit,
         )
         return [_entry(r) for r in rows]
+
+    # -- CI attestations: key refresh slots, listings, check map lookups ------
+
+    async def claim_jwks_refresh(self, issuer: str, now: float, cooldown: float) -> bool:
+        """Take this issuer's JWKS refresh slot if no process took it in the
+        last `cooldown` seconds: one refresh per issuer per cooldown for the
+        whole gateway, across processes."""
+        await self.tx.run("INSERT INTO jwks_refreshes (issuer, at) VALUES (?, ?) ON CONFLICT DO NOTHING", issuer, -1.0)
+        return bool(
+            await self.tx.run(
+                "UPDATE jwks_refreshes SET at = ? WHERE issuer = ? AND at <= ?", now, issuer, now - cooldown
+            )
+        )
+
+    async def jwks_refreshed_at(self, issuer: str) -> float | None:
+        row = await self.tx.one("SELECT at FROM jwks_refreshes WHERE issuer = ?", issuer)
+        return float(row["at"]) if row and row["at"] >= 0 else None
+
+    async def entry_projects(self, entry_ids: list[str]) -> dict[str, int]:
+        """The project of each id that is an entry (unknown ids are absent)."""
+        if not entry_ids:
+            return {}
+        marks = ", ".join("?" for _ in entry_ids)
+        rows = await self.tx.all(f"SELECT id, project_id FROM entries WHERE id IN ({marks})", *entry_ids)
+        return {r["id"]: int(r["project_id"]) for r in rows}
+
+    async def list_attestations(
+        self, project_id: int, *, check: str | None = None, before_seq: int | None = None, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Newest first: what CI said, counted or not."""
+        where = ["project_id = ?"]
+        args: list[Any] = [project_id]
+        if check is not None:
+            where.append("check_name = ?")
+            args.append(check)
+        if before_seq is not None:
+            where.append("seq < ?")
+            args.append(before_seq)
+        rows = await self.tx.all(
+            "SELECT seq, id, issuer, check_name, outcome, counted, reason, provenance, run_url, at FROM attestations "
+            f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+            *args,
+            limit,
+        )
+        for row in rows:
+            row["counted"] = bool(row["counted"])
+            row["provenance"] = _load(row["provenance"])
+        return rows
+
+    async def check_summary(self, project_id: int) -> list[dict[str, Any]]:
+        """Per check and issuer: how many attestations, how many counted, the last one."""
+        return await self.tx.all(
+            "SELECT check_name, issuer, COUNT(*) AS attestations, SUM(counted) AS counted, MAX(at) AS last_at "
+            "FROM attestations WHERE project_id = ? GROUP BY check_name, issuer ORDER BY check_name, issuer",
+            project_id,
+        )
+
+    async def count_thread_messages_since(
+        self, project_id: int, principal: str, since: float
+    ) -> tuple[int, float | None]:
+        row = await self.tx.one(
+            "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM thread_messages WHERE project_id = ? AND posted_by = ? AND at > ?",
+            project_id,
+            principal,
+            since,
+        )
+        return (int(row["n"]), row["oldest"]) if row else (0, None)

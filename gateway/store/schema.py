@@ -200,6 +200,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 posted_by {TEXT} NOT NULL,
                 at {REAL} NOT NULL
             )""",
+            "CREATE INDEX thread_messages_poster_time ON thread_messages(project_id, posted_by, at)",
         ],
     ),
 ]

@@ -1,3 +1,298 @@
-"""(placeholder: filled in by its issue)"""
+"""The owner's dashboard: sign-in, the Knowledge tab, an entry's page, the
+audit ledger (the review pages live in `dashboard_review`).
 
-routes: list = []
+Pages are rendered on the server (Jinja2, autoescaped); the only script is a
+static file that submits the filter form when a select changes.  Every owner
+action posts a form carrying a CSRF token and calls the same core function as
+the REST API (`hub.knowledge.confirm`, `hub.knowledge.refute`, ...).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from gateway import trust
+from gateway.errors import Conflict, Forbidden, GatewayError, Unauthorized
+from gateway.knowledge import decode_cursor, encode_cursor
+from gateway.tokens import digest
+from gateway.web.dashboard_base import (
+    context,
+    owner_post,
+    owner_session,
+    redirect,
+    safe_back,
+    view,
+    with_notice,
+)
+from gateway.web.dashboard_review import routes as review_routes
+from gateway.web.html import STATIC_DIR, page
+from gateway.web.inputs import query_str
+from gateway.web.session import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    clear_cookie,
+    csrf_ok,
+    csrf_token,
+    form_fields,
+    load_session,
+    set_cookie,
+    signing_key,
+    start_session,
+)
+
+PAGE_SIZE = 50
+AUDIT_PAGE_SIZE = 100
+AUDIT_ACTIONS = (
+    "learn", "support", "promote", "override", "contradict", "rate_limited", "retire",
+    "approve_proposal", "reject_proposal", "settings",
+)
+DEFAULT_REFUTE_REASON = "refuted by the project owner in the dashboard"
+LOGIN_NONCE_SECONDS = 3600
+
+
+def _hub(request: Request) -> Any:
+    return request.app.state.hub
+
+
+# -- signing in and out ---------------------------------------------------------
+
+
+async def _login_page(request: Request, *, error: str | None = None, status: int = 200, notice: str | None = None) -> Response:
+    key = await signing_key(_hub(request))
+    nonce = request.cookies.get(LOGIN_COOKIE)
+    if not nonce or len(nonce) > 100:
+        nonce = secrets.token_urlsafe(24)
+    ctx = await context(request, None)
+    ctx.update(
+        csrf=csrf_token(key, "login", nonce),
+        error=error,
+        next=request.query_params.get("next", "")[:2000],
+    )
+    if notice:
+        ctx["notice"] = notice
+    response = page("login.html", ctx, status=status)
+    set_cookie(request, response, LOGIN_COOKIE, nonce, LOGIN_NONCE_SECONDS)
+    return response
+
+
+@view
+async def login_form(request: Request) -> Response:
+    return await _login_page(request)
+
+
+@view
+async def login(request: Request) -> Response:
+    hub = _hub(request)
+    fields = await form_fields(request)
+    key = await signing_key(hub)
+    if not csrf_ok(key, "login", request.cookies.get(LOGIN_COOKIE), fields.get("csrf_token")):
+        return await _login_page(request, error="The sign-in form expired or lacks its CSRF token; try again.", status=403)
+    secret = fields.get("token", "").strip()
+    try:
+        principal = await hub.accounts.authenticate(secret)
+    except Unauthorized:
+        return await _login_page(request, error="That token is not valid (unknown or revoked).", status=401)
+    if not principal.is_owner:
+        return await _login_page(
+            request,
+            error=f"A {principal.level} token cannot sign in: the dashboard is for project owners.",
+            status=403,
+        )
+    slug = principal.project.slug
+    target = safe_back(fields.get("next"), slug, f"/projects/{slug}/knowledge")
+    response = redirect(target)
+    await start_session(request, response, principal, digest(secret))
+    clear_cookie(request, response, LOGIN_COOKIE)
+    return response
+
+
+@view
+async def logout(request: Request) -> Response:
+    if request.method == "POST":
+        session = await load_session(request)
+        fields = await form_fields(request)
+        if session is not None and not csrf_ok(await signing_key(_hub(request)), "form", session.nonce, fields.get("csrf_token")):
+            raise Forbidden("this form is missing its CSRF token; reload the page and try again", code="csrf_failed")
+    response = redirect("/login?notice=signed_out")
+    clear_cookie(request, response, SESSION_COOKIE)
+    return response
+
+
+@view
+async def home(request: Request) -> Response:
+    session = await load_session(request)
+    if session is None:
+        return redirect("/login")
+    return redirect(f"/projects/{session.principal.project.slug}/knowledge")
+
+
+@view
+async def project_home(request: Request) -> Response:
+    return redirect(f"/projects/{quote(request.path_params['project'], safe='')}/knowledge")
+
+
+# -- the Knowledge tab ------------------------------------------------------------------
+
+
+@view
+async def knowledge(request: Request) -> Response:
+    hub = _hub(request)
+    session = await owner_session(request)
+    principal = session.principal
+    state = query_str(request, "state", 20)
+    kind = query_str(request, "kind", 20)
+    text = query_str(request, "q", 200)
+    cursor = query_str(request, "cursor", 64)
+    entries, next_cursor = await hub.knowledge.list(
+        principal, state=state, kind=kind, limit=PAGE_SIZE, cursor=cursor, text=text
+    )
+    project = await hub.accounts.project(principal.project.slug)
+    now = hub.clock.now()
+    counts = await hub.driver.read(lambda q: q.count_entries(project.id, now))
+    ctx = await context(
+        request,
+        session,
+        "knowledge",
+        entries=entries,
+        next_cursor=next_cursor,
+        filters={"state": state or "", "kind": kind or "", "q": text or ""},
+        paged=cursor is not None,
+        counts=counts,
+        total=sum(counts.values()),
+        k=project.settings.k_distinct_issuers,
+        kinds=trust.KINDS,
+        states=trust.STATES,
+    )
+    return page("knowledge.html", ctx)
+
+
+@view
+async def entry_page(request: Request) -> Response:
+    hub = _hub(request)
+    session = await owner_session(request)
+    principal = session.principal
+    entry = await hub.knowledge.get(principal, request.path_params["entry_id"])
+    project = await hub.accounts.project(principal.project.slug)
+    now = hub.clock.now()
+
+    async def unit(q: Any) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+        rows = await q.audit_rows(project.id, entry_id=entry.id, limit=200)
+        return rows, await q.entry_recall_stats(entry.seq)
+
+    rows, (returned, used) = await hub.driver.read(unit)
+    until = trust.blocked_until([c.to_rule() for c in entry.contradictions], now)
+    ctx = await context(
+        request,
+        session,
+        "knowledge",
+        entry=entry,
+        audit_rows=rows,
+        returned=returned,
+        used=used,
+        k=project.settings.k_distinct_issuers,
+        blocked_until=until,
+    )
+    return page("entry.html", ctx)
+
+
+@view
+async def confirm(request: Request) -> Response:
+    hub = _hub(request)
+    session, fields = await owner_post(request)
+    principal = session.principal
+    entry_id = request.path_params["entry_id"]
+    slug = principal.project.slug
+    back = safe_back(fields.get("back"), slug, f"/projects/{slug}/knowledge")
+    try:
+        await hub.knowledge.confirm(principal, entry_id)
+    except Conflict as exc:
+        return await _confirm_refused(request, session, entry_id, exc, back)
+    return redirect(with_notice(back, "confirmed", entry_id))
+
+
+async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: GatewayError, back: str) -> Response:
+    """The page a blocked or pointless confirm answers with: why, by whom, until when."""
+    hub = _hub(request)
+    now = hub.clock.now()
+    entry = await hub.knowledge.get(session.principal, entry_id)
+    live = [c for c in entry.contradictions if c.until > now]
+    until = trust.blocked_until([c.to_rule() for c in entry.contradictions], now)
+    ctx = await context(
+        request,
+        session,
+        "knowledge",
+        entry=entry,
+        error=exc,
+        blocked=exc.code == "blocked_by_contradiction",
+        live=live,
+        blocked_until=until,
+        back=back,
+    )
+    return page("confirm_refused.html", ctx, status=exc.status)
+
+
+@view
+async def refute(request: Request) -> Response:
+    hub = _hub(request)
+    session, fields = await owner_post(request)
+    principal = session.principal
+    entry_id = request.path_params["entry_id"]
+    slug = principal.project.slug
+    back = safe_back(fields.get("back"), slug, f"/projects/{slug}/knowledge")
+    reason = " ".join(fields.get("reason", "").split()) or DEFAULT_REFUTE_REASON
+    await hub.knowledge.refute(principal, entry_id, reason)
+    return redirect(with_notice(back, "refuted", entry_id))
+
+
+# -- the audit ledger -----------------------------------------------------------------
+
+
+@view
+async def audit(request: Request) -> Response:
+    hub = _hub(request)
+    session = await owner_session(request)
+    project = session.principal.project
+    entry_id = query_str(request, "entry", 100)
+    action = query_str(request, "action", 40)
+    cursor = query_str(request, "cursor", 64)
+    before = decode_cursor(cursor)
+    rows = await hub.driver.read(
+        lambda q: q.audit_rows(project.id, entry_id=entry_id, action=action, before_id=before, limit=AUDIT_PAGE_SIZE + 1)
+    )
+    next_cursor = encode_cursor(rows[AUDIT_PAGE_SIZE - 1]["id"]) if len(rows) > AUDIT_PAGE_SIZE else None
+    ctx = await context(
+        request,
+        session,
+        "audit",
+        rows=rows[:AUDIT_PAGE_SIZE],
+        next_cursor=next_cursor,
+        filters={"entry": entry_id or "", "action": action or ""},
+        actions=AUDIT_ACTIONS,
+        paged=cursor is not None,
+    )
+    return page("audit.html", ctx)
+
+
+P = "/projects/{project}"
+
+routes = [
+    Route("/", home, methods=["GET"]),
+    Route("/login", login_form, methods=["GET"]),
+    Route("/login", login, methods=["POST"]),
+    Route("/logout", logout, methods=["GET", "POST"]),
+    Route(P, project_home, methods=["GET"]),
+    Route(f"{P}/knowledge", knowledge, methods=["GET"]),
+    Route(f"{P}/entries/{{entry_id}}", entry_page, methods=["GET"]),
+    Route(f"{P}/entries/{{entry_id}}/confirm", confirm, methods=["POST"]),
+    Route(f"{P}/entries/{{entry_id}}/refute", refute, methods=["POST"]),
+    Route(f"{P}/audit", audit, methods=["GET"]),
+    *review_routes,
+    Mount("/static", app=StaticFiles(directory=str(STATIC_DIR)), name="static"),
+]

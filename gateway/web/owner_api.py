@@ -1,3 +1,96 @@
-"""(placeholder: filled in by its issue)"""
+"""REST routes of the owner's side: thread messages, reflection proposals,
+and the learning figures (CONTRACT section 4)."""
 
-routes: list = []
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.knowledge import require
+from gateway.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
+from gateway.proposals import proposals_for
+from gateway.threads import Threads
+from gateway.web.inputs import json_body, principal_for, query_int, query_str
+
+
+def _hub(request: Request) -> Any:
+    return request.app.state.hub
+
+
+def threads_for(hub: Any) -> Threads:
+    service = hub.extensions.get("threads")
+    if service is None:
+        service = hub.extensions["threads"] = Threads(hub.driver, hub.clock, hub.knowledge)
+    return service
+
+
+async def post_message(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "write", "posting a thread message")
+    body = await json_body(request, required=("author", "text"))
+    posted = await threads_for(_hub(request)).post_message(
+        principal, request.path_params["thread_id"], body["author"], body["text"]
+    )
+    return JSONResponse(posted.to_json(), status_code=201)
+
+
+async def proposals(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    service = proposals_for(_hub(request))
+    if request.method == "POST":
+        require(principal, "write", "proposing a reflection")
+        body = await json_body(request, required=("kind", "statement", "rationale"))
+        proposal = await service.propose(principal, body["kind"], body["statement"], body["rationale"])
+        return JSONResponse(proposal.to_json(), status_code=201)
+    require(principal, "owner", "listing proposals")
+    found, next_cursor = await service.list(
+        principal,
+        state=query_str(request, "state", 20),
+        limit=query_int(request, "limit", 50, 1, 200),
+        cursor=query_str(request, "cursor", 64),
+    )
+    return JSONResponse({"proposals": [p.to_json() for p in found], "next_cursor": next_cursor})
+
+
+async def approve(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "owner", "approving a proposal")
+    await json_body(request, allow_empty=True)
+    entry, duplicate = await proposals_for(_hub(request)).approve(principal, request.path_params["proposal_id"])
+    payload = entry.to_json(_hub(request).clock.now())
+    if duplicate:
+        payload["duplicate"] = True
+        return JSONResponse(payload, status_code=200)
+    return JSONResponse(payload, status_code=201)
+
+
+async def reject(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "owner", "rejecting a proposal")
+    body = await json_body(request, required=("reason",))
+    proposal = await proposals_for(_hub(request)).reject(principal, request.path_params["proposal_id"], body["reason"])
+    return JSONResponse(proposal.to_json())
+
+
+async def learning(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "owner", "reading the learning figures")
+    days = query_int(request, "days", DEFAULT_DAYS, 1, MAX_DAYS)
+    hub = _hub(request)
+    now = hub.clock.now()
+    report = await learning_report(hub.driver, principal.project, now, days)
+    return JSONResponse(report.to_json(now))
+
+
+P = "/v1/projects/{project}"
+
+routes = [
+    Route(f"{P}/threads/{{thread_id}}/messages", post_message, methods=["POST"]),
+    Route(f"{P}/proposals", proposals, methods=["GET", "POST"]),
+    Route(f"{P}/proposals/{{proposal_id}}/approve", approve, methods=["POST"]),
+    Route(f"{P}/proposals/{{proposal_id}}/reject", reject, methods=["POST"]),
+    Route(f"{P}/learning", learning, methods=["GET"]),
+]

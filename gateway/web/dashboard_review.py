@@ -1,0 +1,220 @@
+"""Dashboard review pages: proposals, checks, the Learning panel, the
+playbook editor and the project settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from gateway.accounts import SETTING_RULES
+from gateway.checks import OUTCOMES, checks_report
+from gateway.errors import Invalid
+from gateway.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
+from gateway.playbook import relayroom_md
+from gateway.proposals import PROPOSAL_STATES, proposals_for
+from gateway.web import charts
+from gateway.web.dashboard_base import context, owner_post, owner_session, redirect, view, with_notice
+from gateway.web.html import page
+from gateway.web.inputs import query_int, query_str
+
+DEFAULT_REJECT_REASON = "rejected by the project owner in the dashboard"
+LEARNING_WINDOWS = (7, 30, 90)
+HALF_CHART = 520  # about the drawn width in pixels, so chart text stays at its CSS size
+FULL_CHART = 1080
+SETTING_HELP = {
+    "k_distinct_issuers": "Distinct promoting issuers (CI systems, owners) whose support makes a candidate trusted.",
+    "window_days": "Days a contradiction blocks promotion and an owner's confirm.",
+    "playbook_min_trusted": "Trusted entries needed before RELAYROOM.md lists project knowledge.",
+    "playbook_top_n": "How many trusted entries RELAYROOM.md lists, most used first.",
+    "demotions_per_hour": "Contradictions one principal may record per hour.",
+}
+
+
+def _hub(request: Request) -> Any:
+    return request.app.state.hub
+
+
+# -- proposals ------------------------------------------------------------------------
+
+
+@view
+async def proposals(request: Request) -> Response:
+    session = await owner_session(request)
+    service = proposals_for(_hub(request))
+    state = query_str(request, "state", 20)
+    if state is None and "state" not in request.query_params:
+        state = "pending"
+    cursor = query_str(request, "cursor", 64)
+    found, next_cursor = await service.list(session.principal, state=state, limit=50, cursor=cursor)
+    ctx = await context(
+        request,
+        session,
+        "proposals",
+        proposals=found,
+        next_cursor=next_cursor,
+        state=state or "",
+        states=PROPOSAL_STATES,
+        counts=await service.counts(session.principal),
+        paged=cursor is not None,
+    )
+    return page("proposals.html", ctx)
+
+
+@view
+async def approve(request: Request) -> Response:
+    session, _ = await owner_post(request)
+    entry, duplicate = await proposals_for(_hub(request)).approve(session.principal, request.path_params["proposal_id"])
+    slug = session.principal.project.slug
+    return redirect(with_notice(f"/projects/{slug}/proposals", "approved_duplicate" if duplicate else "approved", entry.id))
+
+
+@view
+async def reject(request: Request) -> Response:
+    session, fields = await owner_post(request)
+    reason = " ".join(fields.get("reason", "").split()) or DEFAULT_REJECT_REASON
+    await proposals_for(_hub(request)).reject(session.principal, request.path_params["proposal_id"], reason)
+    slug = session.principal.project.slug
+    return redirect(with_notice(f"/projects/{slug}/proposals", "rejected"))
+
+
+# -- checks ---------------------------------------------------------------------------------
+
+
+@view
+async def checks(request: Request) -> Response:
+    hub = _hub(request)
+    session = await owner_session(request)
+    project = await hub.accounts.project(session.principal.project.slug)
+    report = await checks_report(hub.driver, project, hub.clock.now(), hub.extensions.get("checkmaps"))
+    ctx = await context(request, session, "checks", report=report, outcomes=OUTCOMES)
+    return page("checks.html", ctx)
+
+
+# -- the Learning panel ------------------------------------------------------------------
+
+
+@view
+async def learning(request: Request) -> Response:
+    hub = _hub(request)
+    session = await owner_session(request)
+    days = query_int(request, "days", DEFAULT_DAYS, 1, MAX_DAYS)
+    now = hub.clock.now()
+    report = await learning_report(hub.driver, session.principal.project, now, days)
+    labels = [d.date for d in report.per_day]
+    top_used = max([e.used for e in report.most_useful] or [0])
+    ctx = await context(
+        request,
+        session,
+        "learning",
+        report=report,
+        days=days,
+        windows=LEARNING_WINDOWS,
+        recalls_chart=charts.bar_chart(
+            labels, [("recalls", "recalls", [d.recalls for d in report.per_day])], width=HALF_CHART
+        ),
+        usage_chart=charts.bar_chart(
+            labels,
+            [
+                ("returned", "entries returned", [d.returned for d in report.per_day]),
+                ("used", "entries used", [d.used for d in report.per_day]),
+            ],
+            width=HALF_CHART,
+        ),
+        rate_chart=charts.rate_chart(labels, [d.use_rate for d in report.per_day], width=FULL_CHART, height=180),
+        meter=lambda value: charts.meter(value, top_used),
+    )
+    return page("learning.html", ctx)
+
+
+# -- playbook and settings ----------------------------------------------------------------
+
+
+@view
+async def playbook(request: Request) -> Response:
+    hub = _hub(request)
+    session = await owner_session(request)
+    project = await hub.accounts.project(session.principal.project.slug)
+    now = hub.clock.now()
+
+    async def unit(q: Any) -> tuple[str, int]:
+        return await q.playbook(project.id), await q.count_trusted(project.id, now)
+
+    base, trusted = await hub.driver.read(unit)
+    document = await relayroom_md(hub.driver, project, now)
+    ctx = await context(
+        request, session, "playbook", base=base, document=document, trusted=trusted, settings=project.settings
+    )
+    return page("playbook.html", ctx)
+
+
+@view
+async def save_playbook(request: Request) -> Response:
+    session, fields = await owner_post(request)
+    # Browsers send a textarea's line breaks as CRLF; the playbook is Markdown with LF.
+    text = fields.get("playbook", "").replace("\r\n", "\n")
+    await _hub(request).accounts.set_playbook(session.principal, text)
+    return redirect(with_notice(f"/projects/{session.principal.project.slug}/playbook", "playbook_saved"))
+
+
+@view
+async def settings(request: Request) -> Response:
+    hub = _hub(request)
+    session = await owner_session(request)
+    project = await hub.accounts.project(session.principal.project.slug)
+    values = project.settings.to_json()
+    fields = [
+        {
+            "name": name,
+            "value": values[name],
+            "step": "1" if kind is int else "any",
+            "min": minimum,
+            "max": maximum,
+            "wanted": wanted,
+            "help": SETTING_HELP.get(name, ""),
+        }
+        for name, (kind, minimum, maximum, wanted) in SETTING_RULES.items()
+    ]
+    ctx = await context(request, session, "settings", fields=fields)
+    return page("settings.html", ctx)
+
+
+@view
+async def save_settings(request: Request) -> Response:
+    hub = _hub(request)
+    session, fields = await owner_post(request)
+    project = await hub.accounts.project(session.principal.project.slug)
+    current = project.settings.to_json()
+    changes: dict[str, Any] = {}
+    for name, (kind, _, _, wanted) in SETTING_RULES.items():
+        raw = fields.get(name, "").strip()
+        if raw == "":
+            continue
+        try:
+            value: Any = kind(raw) if kind is int else float(raw)
+        except ValueError:
+            raise Invalid(f"{name} must be {wanted}", code="invalid_setting") from None
+        if value != current[name]:
+            changes[name] = value
+    slug = session.principal.project.slug
+    if not changes:
+        return redirect(with_notice(f"/projects/{slug}/settings", "settings_unchanged"))
+    await hub.accounts.update_settings(session.principal, changes)
+    return redirect(with_notice(f"/projects/{slug}/settings", "settings_saved"))
+
+
+P = "/projects/{project}"
+
+routes = [
+    Route(f"{P}/proposals", proposals, methods=["GET"]),
+    Route(f"{P}/proposals/{{proposal_id}}/approve", approve, methods=["POST"]),
+    Route(f"{P}/proposals/{{proposal_id}}/reject", reject, methods=["POST"]),
+    Route(f"{P}/checks", checks, methods=["GET"]),
+    Route(f"{P}/learning", learning, methods=["GET"]),
+    Route(f"{P}/playbook", playbook, methods=["GET"]),
+    Route(f"{P}/playbook", save_playbook, methods=["POST"]),
+    Route(f"{P}/settings", settings, methods=["GET"]),
+    Route(f"{P}/settings", save_settings, methods=["POST"]),
+]

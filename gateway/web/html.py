@@ -1,0 +1,112 @@
+"""Server-rendered pages: one Jinja environment, one set of security headers.
+
+Autoescaping is on for every template, so any string an agent wrote (a
+statement, evidence, a contradiction's detail, a principal name) reaches the
+page as text.  The Content-Security-Policy allows scripts and styles from this
+origin only: no inline script, no inline style, no framing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from gateway.clock import to_date, to_rfc3339
+from gateway.errors import GatewayError
+from gateway.web.errors import gateway_error_response
+
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
+TEMPLATES_DIR = PACKAGE_DIR / "templates"
+STATIC_DIR = PACKAGE_DIR / "static"
+
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ]
+)
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _when(moment: float | None) -> str:
+    if moment is None:
+        return "never"
+    text = to_rfc3339(moment) or ""
+    return text[:16].replace("T", " ") + " UTC"
+
+
+def _day(moment: float | None) -> str:
+    return "" if moment is None else to_date(moment)
+
+
+def _compact_json(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(", ", ": "))
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.0f}%"
+
+
+def _environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES_DIR)),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = _when
+    env.filters["day"] = _day
+    env.filters["rfc3339"] = to_rfc3339
+    env.filters["compact_json"] = _compact_json
+    env.filters["percent"] = _percent
+    return env
+
+
+ENV = _environment()
+
+
+def page(name: str, context: dict[str, Any], *, status: int = 200, headers: dict[str, str] | None = None) -> HTMLResponse:
+    html = ENV.get_template(name).render(**context)
+    response = HTMLResponse(html, status_code=status)
+    for header, value in {**SECURITY_HEADERS, **(headers or {})}.items():
+        response.headers[header] = value
+    return response
+
+
+def wants_html(request: Request) -> bool:
+    return "text/html" in request.headers.get("accept", "")
+
+
+def error_page(request: Request, exc: GatewayError, context: dict[str, Any] | None = None) -> Response:
+    """A refusal as a page for a browser, as the contract's JSON body otherwise."""
+    if not wants_html(request):
+        response: Response = gateway_error_response(exc)
+        if isinstance(response, JSONResponse):
+            for header, value in SECURITY_HEADERS.items():
+                response.headers.setdefault(header, value)
+        return response
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    return page("error.html", {**(context or {}), "error": exc}, status=exc.status, headers=headers)
