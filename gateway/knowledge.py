@@ -95,11 +95,63 @@ def _over_budget(what: str, principal: str, limit: int, count: int, oldest: floa
     )
 
 
+async def write_candidate(
+    q: Queries,
+    project: Project,
+    *,
+    author: str,
+    kind: str,
+    statement: str,
+    evidence: str | None,
+    via: str,
+    now: float,
+    expires_at: float | None = None,
+    provenance: dict[str, Any] | None = None,
+    before_insert: Any = None,
+) -> tuple[Entry, bool]:
+    """The one way an entry comes into being: as a candidate, with its `learn`
+    audit row, unless `author` can already see a live entry saying the same
+    thing (then that entry is returned with duplicate=True).  Learn,
+    extraction and approved reflections all come through here."""
+    norm = trust.normalise_statement(statement)
+    existing = await q.live_duplicate(project.id, norm, author, now)
+    if existing is not None:
+        return existing, True
+    if before_insert is not None:
+        await before_insert()
+    entry = Entry(
+        seq=0,
+        id=new_id("kn"),
+        project_id=project.id,
+        project_slug=project.slug,
+        kind=kind,
+        statement=statement,
+        evidence=evidence,
+        state="candidate",  # every path in is a candidate, by design
+        created_at=now,
+        created_by=author,
+        created_via=via,
+        expires_at=expires_at,
+        promoted_at=None,
+        promoted_by=None,
+        provenance=provenance,
+    )
+    stored = await q.insert_entry(entry, norm)
+    detail: dict[str, Any] = {"kind": kind, "via": via}
+    if provenance and "proposal_id" in provenance:
+        detail["proposal_id"] = provenance["proposal_id"]
+    await q.audit(project.id, now, "learn", stored.id, author, detail)
+    return stored, False
+
+
 class Knowledge:
     def __init__(self, driver: Driver, clock: Clock, limits: WriteLimits | None = None) -> None:
         self.driver = driver
         self.clock = clock
         self.limits = limits or WriteLimits()
+        # Set by the Hub; counted only after the commit, so a rolled-back
+        # move is never counted.
+        self.metrics: Any = None
 
     # -- writing candidates ---------------------------------------------------
 
@@ -131,38 +183,30 @@ class Knowledge:
             expires_at = now + float(ttl_days) * DAY
         elif expires_at is not None and expires_at <= now:
             raise Invalid("expires_at must be in the future", code="invalid_field")
-        norm = trust.normalise_statement(statement)
         project = principal.project
 
         async def unit(q: Queries) -> tuple[Entry, bool]:
-            existing = await q.live_duplicate(project.id, norm, principal.name, now)
-            if existing is not None:
-                return existing, True
-            if via == "learn":
+            async def within_budget() -> None:
+                if via != "learn":
+                    return
                 count, oldest = await q.count_learns_since(project.id, principal.name, now - HOUR)
                 refusal = _over_budget("learns", principal.name, self.limits.learn_per_hour, count, oldest, now)
                 if refusal is not None:
                     raise refusal
-            entry = Entry(
-                seq=0,
-                id=new_id("kn"),
-                project_id=project.id,
-                project_slug=project.slug,
+
+            return await write_candidate(
+                q,
+                project,
+                author=principal.name,
                 kind=kind,
                 statement=statement,
                 evidence=evidence,
-                state="candidate",
-                created_at=now,
-                created_by=principal.name,
-                created_via=via,
+                via=via,
                 expires_at=expires_at,
-                promoted_at=None,
-                promoted_by=None,
                 provenance=provenance,
+                now=now,
+                before_insert=within_budget,
             )
-            stored = await q.insert_entry(entry, norm)
-            await q.audit(project.id, now, "learn", stored.id, principal.name, {"kind": kind, "via": via})
-            return stored, False
 
         return await self.driver.write(unit)
 
@@ -236,7 +280,10 @@ class Knowledge:
             await q.audit(project.id, now, "override", entry.id, principal.name, {"from": previous})
             return entry
 
-        return await self.driver.write(unit)
+        confirmed = await self.driver.write(unit)
+        if self.metrics is not None:
+            self.metrics.promotions.labels("owner").inc()
+        return confirmed
 
     async def refute(self, principal: Principal, entry_id: str, reason: Any) -> Entry:
         require(principal, "owner", "refute")
@@ -251,6 +298,7 @@ class Knowledge:
 
         entry, outcome = await self.driver.write(unit)
         outcome.raise_if_refused()
+        self._count_contradiction(outcome.effect)
         return entry
 
     # -- agents' events -------------------------------------------------------
@@ -286,7 +334,12 @@ class Knowledge:
         effect, outcome = await self.driver.write(unit)
         if outcome is not None:
             outcome.raise_if_refused()
+        self._count_contradiction(effect)
         return event_id, effect
+
+    def _count_contradiction(self, effect: str | None) -> None:
+        if effect == "contradicted" and self.metrics is not None:
+            self.metrics.contradictions.inc()
 
     @staticmethod
     def _may_contradict(entry: Entry, principal: Principal, now: float) -> bool:

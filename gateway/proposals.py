@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import trust
 from gateway.clock import Clock, to_rfc3339
 from gateway.errors import Conflict, Invalid, NotFound
 from gateway.ids import new_id
@@ -26,6 +25,7 @@ from gateway.knowledge import (
     require,
     validate_kind,
     validate_text,
+    write_candidate,
 )
 from gateway.model import Entry, Principal
 from gateway.store.base import Driver
@@ -139,40 +139,23 @@ class Proposals:
 
         async def unit(q: Queries) -> tuple[Entry, bool]:
             proposal = await self._pending(q, principal, proposal_id)
-            norm = trust.normalise_statement(proposal.statement)
-            existing = await q.live_duplicate(project.id, norm, proposal.proposed_by, now)
-            if existing is not None:
-                await q.decide_proposal(proposal.seq, "approved", now, principal.name, None, existing.id)
-                await q.audit(
-                    project.id, now, "approve_proposal", existing.id, principal.name,
-                    {"proposal_id": proposal.id, "duplicate": True},
-                )
-                return existing, True
-            entry = Entry(
-                seq=0,
-                id=new_id("kn"),
-                project_id=project.id,
-                project_slug=project.slug,
+            entry, duplicate = await write_candidate(
+                q,
+                project,
+                author=proposal.proposed_by,
                 kind=proposal.kind,
                 statement=proposal.statement,
                 evidence=proposal.rationale,
-                state="candidate",  # every path in is a candidate; approval is no exception
-                created_at=now,
-                created_by=proposal.proposed_by,
-                created_via="reflection",
-                expires_at=None,
-                promoted_at=None,
-                promoted_by=None,
+                via="reflection",
+                now=now,
                 provenance={"proposal_id": proposal.id, "approved_by": principal.name},
             )
-            stored = await q.insert_entry(entry, norm)
-            await q.audit(
-                project.id, now, "learn", stored.id, proposal.proposed_by,
-                {"kind": proposal.kind, "via": "reflection", "proposal_id": proposal.id},
-            )
-            await q.decide_proposal(proposal.seq, "approved", now, principal.name, None, stored.id)
-            await q.audit(project.id, now, "approve_proposal", stored.id, principal.name, {"proposal_id": proposal.id})
-            return stored, False
+            await q.decide_proposal(proposal.seq, "approved", now, principal.name, None, entry.id)
+            detail: dict[str, Any] = {"proposal_id": proposal.id}
+            if duplicate:
+                detail["duplicate"] = True
+            await q.audit(project.id, now, "approve_proposal", entry.id, principal.name, detail)
+            return entry, duplicate
 
         return await self.driver.write(unit)
 
