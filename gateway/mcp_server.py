@@ -1,13 +1,21 @@
 """The MCP door: recall, learn, recall_used and report_error for agents.
 
 Built on the official `mcp` SDK (2.x), Streamable HTTP at /mcp, stateless and
-with JSON responses so any number of gateway processes can serve one client.
-The project tokens are the bearer credentials; each tool calls the same core
-functions as the REST routes.
+with JSON responses so any number of gateway processes can serve one client
+(nothing about a client lives in a process's memory).  The project tokens are
+the bearer credentials, checked by the SDK's token verifier: no token or a bad
+one is HTTP 401 before any tool runs.  Each tool calls the same core functions
+as the REST routes (`gateway.mcp_tools`).
+
+The SDK's own refusals (401, the Host/Origin checks' 421/403, an oversized
+body) come as plain text or OAuth-style JSON; `ContractErrorBodies` rewrites
+them into the contract's one error body, keeping status and headers (the
+`WWW-Authenticate` challenge stays).  JSON-RPC errors pass untouched.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from mcp.server import MCPServer
@@ -19,10 +27,27 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 
 from gateway.errors import GatewayError
-from gateway.model import Principal
+from gateway.model import LEVELS, Principal
+from gateway.web.inputs import API_BODY_LIMIT
+
+INSTRUCTIONS = (
+    "RelayRoom keeps this project's durable knowledge (conventions, pitfalls, decisions, facts) behind a "
+    "trust gate. Call recall with what you are about to do before non-trivial work; call recall_used for "
+    "each recalled entry that shaped your work; call report_error when a recalled entry proved wrong; call "
+    "learn when you discover something durable (it stays a candidate, visible only to you, until CI checks "
+    "or the project owner confirm it)."
+)
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+_PRINCIPAL_CLAIM = "relayroom_principal"
 
 
 class ProjectTokenVerifier(TokenVerifier):
+    """A project token is a bearer credential: None (-> 401) unless it is
+    known and not revoked.  The verified principal rides in the token's
+    claims so a tool does not look it up a second time."""
+
     def __init__(self, hub: Any) -> None:
         self.hub = hub
 
@@ -31,36 +56,135 @@ class ProjectTokenVerifier(TokenVerifier):
             principal = await self.hub.accounts.authenticate(token)
         except GatewayError:
             return None
+        rank = LEVELS.index(principal.level) if principal.level in LEVELS else 0
         return AccessToken(
             token="",  # the secret is not kept in the request context
             client_id=principal.project.slug,
             subject=f"{principal.project.slug}:{principal.name}",
-            scopes=["read"],
-            claims={"project": principal.project.slug, "principal": principal.name, "level": principal.level},
+            scopes=list(LEVELS[: rank + 1]),
+            claims={
+                "project": principal.project.slug,
+                "principal": principal.name,
+                "level": principal.level,
+                _PRINCIPAL_CLAIM: principal,
+            },
         )
 
 
-def _security(hub: Any) -> TransportSecuritySettings:
-    hosts = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
-    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
-    for host in hub.config.public_hosts:
+def allowed_hosts_and_origins(public_hosts: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """Loopback on any port, plus each configured public host (any port when
+    it is given without one) and its https/http origins."""
+    hosts: list[str] = []
+    origins: list[str] = []
+    for host in LOOPBACK_HOSTS:
+        hosts += [host, f"{host}:*"]
+        origins += [f"http://{host}", f"http://{host}:*", f"https://{host}", f"https://{host}:*"]
+    for raw in public_hosts:
+        host = raw.strip().lower()
+        if not host:
+            continue
         hosts.append(host)
-        if ":" not in host:
+        origins += [f"https://{host}", f"http://{host}"]
+        if not _has_port(host):
             hosts.append(f"{host}:*")
-        origins.extend([f"https://{host}", f"http://{host}"])
+            origins += [f"https://{host}:*", f"http://{host}:*"]
+    return hosts, origins
+
+
+def _has_port(host: str) -> bool:
+    if host.startswith("["):
+        return "]:" in host
+    return ":" in host
+
+
+def transport_security(public_hosts: tuple[str, ...]) -> TransportSecuritySettings:
+    hosts, origins = allowed_hosts_and_origins(public_hosts)
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
+_REFUSALS = {
+    400: ("malformed_request", "the MCP request is malformed: POST JSON-RPC with Content-Type: application/json"),
+    401: ("missing_credential", "send Authorization: Bearer <project token>"),
+    403: ("forbidden_origin", "this Origin may not call the gateway's MCP endpoint"),
+    404: ("not_found", "there is nothing at this path"),
+    405: ("method_not_allowed", "this method is not allowed on /mcp"),
+    406: ("not_acceptable", "send Accept: application/json, text/event-stream"),
+    413: ("body_too_large", f"the body is over the {API_BODY_LIMIT // 1024} KiB limit"),
+    415: ("unsupported_media_type", "send a JSON-RPC body with Content-Type: application/json"),
+    421: ("misdirected_host", "this Host is not one the gateway serves; add it to RELAYROOM_PUBLIC_HOSTS"),
+}
+
+
+class ContractErrorBodies:
+    """Rewrite the SDK's non-JSON-RPC refusals into `{"error": {code, message}}`."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        held: dict[str, Any] = {}
+        chunks: list[bytes] = []
+
+        async def capture(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                if message["status"] >= 400 and message["status"] in _REFUSALS:
+                    held["start"] = message
+                    return
+                await send(message)
+                return
+            if message["type"] == "http.response.body" and "start" in held:
+                chunks.append(message.get("body", b""))
+                if message.get("more_body", False):
+                    return
+                await _send_rewritten(send, held["start"], b"".join(chunks), _has_authorization(scope))
+                return
+            await send(message)
+
+        await self.app(scope, receive, capture)
+
+
+def _has_authorization(scope: Any) -> bool:
+    return any(k.lower() == b"authorization" for k, _ in scope.get("headers", []))
+
+
+async def _send_rewritten(send: Any, start: Any, body: bytes, sent_credential: bool) -> None:
+    status = start["status"]
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and (isinstance(parsed.get("error"), dict) or "jsonrpc" in parsed):
+        new_body = body  # already the contract's shape, or a JSON-RPC error: leave it
+    else:
+        code, message = _REFUSALS[status]
+        if status == 401 and sent_credential:
+            # The SDK answers "invalid_token" for both a missing and an unknown
+            # token; whether a header came tells them apart.
+            code, message = "invalid_token", "the bearer token is not valid for this gateway (unknown or revoked)"
+        new_body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
+    headers += [(b"content-type", b"application/json"), (b"content-length", str(len(new_body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": new_body})
+
+
 def build_mcp_app(hub: Any) -> tuple[Any, Any]:
+    # The agents' door brings recall's optional extra with it: with
+    # RELAYROOM_RECALL_EMBEDDINGS=1 (and the extra installed) this process
+    # fuses embeddings into every recall, REST and MCP alike.
+    from gateway.embeddings import install
+
+    install(hub)
     server = MCPServer(
         "relayroom",
-        instructions=(
-            "Project knowledge behind a trust gate. Call recall before non-trivial work; learn when you find "
-            "something durable (it stays a candidate until CI or an owner confirms it); report_error when a "
-            "recalled entry proved wrong; recall_used when a recalled entry shaped your work."
-        ),
+        instructions=INSTRUCTIONS,
         token_verifier=ProjectTokenVerifier(hub),
         auth=AuthSettings(
+            # Required by the SDK's settings model, never contacted: the
+            # gateway issues no OAuth tokens, project tokens are the bearer.
             issuer_url=AnyHttpUrl("https://auth.invalid"),
             resource_server_url=None,
             required_scopes=["read"],
@@ -69,12 +193,15 @@ def build_mcp_app(hub: Any) -> tuple[Any, Any]:
 
     async def caller() -> Principal:
         token = get_access_token()
-        if token is None:
-            raise ToolError("no credential: send Authorization: Bearer <project token>")
+        if token is None or not token.claims:
+            raise ToolError("missing_credential: send Authorization: Bearer <project token>")
+        cached = token.claims.get(_PRINCIPAL_CLAIM)
+        if isinstance(cached, Principal):
+            return cached
         try:
             return await hub.accounts.project_principal(token.claims["project"], token.claims["principal"], token.claims["level"])
         except GatewayError as exc:
-            raise ToolError(exc.message) from None
+            raise ToolError(f"{exc.code}: {exc.message}") from None
 
     from gateway.mcp_tools import register_tools
 
@@ -83,6 +210,7 @@ def build_mcp_app(hub: Any) -> tuple[Any, Any]:
         streamable_http_path="/mcp",
         stateless_http=True,
         json_response=True,
-        transport_security=_security(hub),
+        max_request_body_size=API_BODY_LIMIT,
+        transport_security=transport_security(hub.config.public_hosts),
     )
-    return app, server.session_manager
+    return ContractErrorBodies(app), server.session_manager

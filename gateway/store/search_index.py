@@ -11,13 +11,25 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gateway import embeddings
 from gateway.model import Entry
-from gateway.search import fts5_match
+from gateway.search import (
+    DEFAULT_RANKING,
+    COMMON_ROWS,
+    Candidate,
+    Phrase,
+    Pruned,
+    QueryPlan,
+    Ranking,
+    fts5_expression,
+    fuse,
+    identifier_parts,
+    plan_query,
+    prune,
+    rerank,
+)
 
-# BM25 column weights: the statement is the claim; evidence supports it.
-STATEMENT_WEIGHT = 3.0
-EVIDENCE_WEIGHT = 1.0
-KIND_WEIGHT = 0.5
+COLUMNS = "statement, evidence, kind, aliases"
 
 
 class SearchIndex(Protocol):
@@ -32,8 +44,18 @@ class SearchIndex(Protocol):
     ) -> list[tuple[int, float]]: ...
 
 
+def _row(entry: Entry) -> tuple[str, str, str, str]:
+    evidence = entry.evidence or ""
+    return entry.statement, evidence, entry.kind, identifier_parts(f"{entry.statement} {evidence}")
+
+
 class SqliteFtsIndex:
-    """One contentless FTS5 table per project, rowid = entries.seq."""
+    """One contentless FTS5 table per project, rowid = entries.seq.
+
+    Columns: statement, evidence, kind, and `aliases` (the parts of
+    identifiers written together, see `gateway.search.identifier_parts`).
+    The table is contentless, so `remove` must pass the very values `add`
+    indexed: `_row` is the one place that computes them."""
 
     def __init__(self, tx: Any) -> None:
         self.tx = tx
@@ -45,50 +67,108 @@ class SqliteFtsIndex:
     async def create_project(self, project_id: int) -> None:
         await self.tx.run(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.table(project_id)} USING fts5("
-            "statement, evidence, kind, content='', tokenize='porter unicode61 remove_diacritics 2')"
+            f"{COLUMNS}, content='', tokenize='porter unicode61 remove_diacritics 2')"
         )
 
     async def add(self, entry: Entry) -> None:
         await self.tx.run(
-            f"INSERT INTO {self.table(entry.project_id)} (rowid, statement, evidence, kind) VALUES (?, ?, ?, ?)",
+            f"INSERT INTO {self.table(entry.project_id)} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?, ?)",
             entry.seq,
-            entry.statement,
-            entry.evidence or "",
-            entry.kind,
+            *_row(entry),
         )
 
     async def remove(self, entry: Entry) -> None:
         table = self.table(entry.project_id)
         await self.tx.run(
-            f"INSERT INTO {table} ({table}, rowid, statement, evidence, kind) VALUES ('delete', ?, ?, ?, ?)",
+            f"INSERT INTO {table} ({table}, rowid, {COLUMNS}) VALUES ('delete', ?, ?, ?, ?, ?)",
             entry.seq,
-            entry.statement,
-            entry.evidence or "",
-            entry.kind,
+            *_row(entry),
         )
 
     async def search(
-        self, project_id: int, query: str, kind: str | None, limit: int, now: float
+        self,
+        project_id: int,
+        query: str,
+        kind: str | None,
+        limit: int,
+        now: float,
+        *,
+        ranking: Ranking | None = None,
     ) -> list[tuple[int, float]]:
-        match = fts5_match(query)
-        if match is None:
+        ranking = ranking or DEFAULT_RANKING
+        plan = plan_query(query, ranking)
+        if plan.empty:
             return []
+        # A few more candidates than asked, so the kind-hint boost can lift
+        # an entry that BM25 alone put just below the cut.
+        wanted = max(limit, min(ranking.candidates, limit * 3))
+        for attempt in range(2):
+            hits = await self._ranked(project_id, plan, kind, wanted, ranking)
+            if embeddings.ENABLED:
+                hits = await embeddings.fuse_with_vectors(self.tx, project_id, query, hits)
+            live = await self._live(list(hits), kind, now)
+            # Expired entries leave recall at once but the index only at the
+            # sweep: if they crowded the top, look further down once.
+            if len(live) >= min(limit, len(hits)) or len(hits) < wanted or attempt:
+                break
+            wanted *= 8
+        candidates = [Candidate(seq, hits[seq], live[seq]) for seq in hits if seq in live]
+        return rerank(candidates, plan, ranking, limit)
+
+    async def _ranked(
+        self, project_id: int, plan: QueryPlan, kind: str | None, wanted: int, ranking: Ranking
+    ) -> dict[int, float]:
+        """BM25 over the index alone (no join), the agent's words and their
+        synonyms as two queries, fused.  In a big project the phrases that
+        match thousands of rows are set aside first (`gateway.search.prune`)."""
+        weights = (ranking.statement_weight, ranking.evidence_weight, ranking.kind_weight, ranking.aliases_weight)
         table = self.table(project_id)
-        # bm25() is lower-is-better; the score returned is its negation so
-        # that higher is better in the API.  Expiry is checked on the entry.
+        score = f"bm25({table}, " + ", ".join(f"{float(w)!r}" for w in weights) + ")"
+        ranked_sql = f"SELECT rowid AS seq, -{score} AS score FROM {table} WHERE {table} MATCH ? ORDER BY score DESC LIMIT ?"
+        count_sql = f"SELECT COUNT(*) AS n FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?)"
+
+        def scoped(expression: str) -> str:
+            # A column filter on a kind that was validated against the four kinds.
+            return f'kind : "{kind}" AND ({expression})' if kind is not None else expression
+
+        async def matches(phrases: tuple[Phrase, ...]) -> int:
+            expression = fts5_expression(phrases)
+            if expression is None:
+                return 0
+            row = await self.tx.one(count_sql, scoped(expression), COMMON_ROWS + 1)
+            return int(row["n"]) if row else 0
+
+        async def run(phrases: tuple[Phrase, ...], require_all: bool = False) -> list[tuple[int, float]]:
+            expression = fts5_expression(phrases, require_all=require_all)
+            if expression is None:
+                return []
+            rows = await self.tx.all(ranked_sql, scoped(expression), wanted)
+            return [(int(r["seq"]), float(r["score"])) for r in rows]
+
+        pruned = Pruned(plan.originals, plan.expansions, False)
+        if await matches(plan.phrases) > COMMON_ROWS:
+            counts = {p.text: await matches((p,)) for p in plan.phrases}
+            pruned = prune(plan, counts)
+        originals = await run(pruned.originals, pruned.require_all)
+        if pruned.require_all and len(originals) < wanted:
+            originals = await run(pruned.originals)  # too few rows hold every word: any of them
+        expansions = await run(pruned.expansions) if pruned.expansions else []
+        return fuse(originals, expansions, plan.original_weight)
+
+    async def _live(self, seqs: list[int], kind: str | None, now: float) -> dict[int, str]:
+        """seq -> kind of those that are trusted and unexpired right now."""
+        if not seqs:
+            return {}
+        marks = ", ".join("?" for _ in seqs)
         sql = (
-            f"SELECT f.rowid AS seq, -bm25({table}, ?, ?, ?) AS score FROM {table} f "
-            "JOIN entries e ON e.seq = f.rowid "
-            f"WHERE {table} MATCH ? AND e.state = 'trusted' AND (e.expires_at IS NULL OR e.expires_at > ?)"
+            f"SELECT seq, kind FROM entries WHERE seq IN ({marks}) "
+            "AND state = 'trusted' AND (expires_at IS NULL OR expires_at > ?)"
         )
-        args: list[Any] = [STATEMENT_WEIGHT, EVIDENCE_WEIGHT, KIND_WEIGHT, match, now]
+        args: list[Any] = [*seqs, now]
         if kind is not None:
-            sql += " AND e.kind = ?"
+            sql += " AND kind = ?"
             args.append(kind)
-        sql += " ORDER BY score DESC LIMIT ?"
-        args.append(limit)
-        rows = await self.tx.all(sql, *args)
-        return [(int(r["seq"]), float(r["score"])) for r in rows]
+        return {int(r["seq"]): str(r["kind"]) for r in await self.tx.all(sql, *args)}
 
 
 def index_for(tx: Any) -> SearchIndex:

@@ -174,6 +174,15 @@ async def playbook(request: Request) -> Response:
     return Response(await accounts.playbook(principal), media_type="text/markdown; charset=utf-8")
 
 
+async def whoami(request: Request) -> Response:
+    """Who a token is: its project, principal and level (for clients such as
+    `relayroom recall` that hold only a token and need the project's path)."""
+    from gateway.web.inputs import bearer
+
+    principal = await _hub(request).accounts.authenticate(bearer(request))
+    return JSONResponse({"project": principal.project.slug, "principal": principal.name, "level": principal.level})
+
+
 P = "/v1/projects/{project}"
 
 routes = [
@@ -188,4 +197,5 @@ routes = [
     Route(f"{P}/audit", audit, methods=["GET"]),
     Route(f"{P}/settings", settings, methods=["GET", "PATCH"]),
     Route(f"{P}/playbook", playbook, methods=["GET", "PUT"]),
+    Route("/v1/whoami", whoami, methods=["GET"]),
 ]

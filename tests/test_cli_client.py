@@ -1,0 +1,121 @@
+"""`relayroom recall | learn | used` as clients of a running gateway (uvicorn on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.cli import main
+from gateway.model import Principal
+from tests.conftest import LiveServer, ProjectTokens, free_port, live_setup, make_project
+
+
+@pytest.fixture
+def acme_live(live_server: LiveServer) -> ProjectTokens:
+    return live_setup(live_server, lambda hub: make_project(hub, "acme"))
+
+
+@pytest.fixture
+def as_agent(monkeypatch: pytest.MonkeyPatch, live_server: LiveServer) -> Any:
+    def use(token: str, project: str | None = None) -> None:
+        monkeypatch.setenv("RELAYROOM_URL", live_server.url)
+        monkeypatch.setenv("RELAYROOM_TOKEN", token)
+        if project is None:
+            monkeypatch.delenv("RELAYROOM_PROJECT", raising=False)
+        else:
+            monkeypatch.setenv("RELAYROOM_PROJECT", project)
+
+    return use
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def confirm(server: LiveServer, entry_id: str) -> None:
+    async def go(hub: Any) -> None:
+        project = await hub.accounts.project("acme")
+        await hub.knowledge.confirm(Principal(project=project, name="olivia", level="owner"), entry_id)
+
+    live_setup(server, go)
+
+
+def test_learn_recall_used_round_trip_in_json(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_agent(acme_live.writer)  # the project comes from GET /v1/whoami
+    code, out, err = run(capsys, "learn", "convention", "Migrations are named YYYYMMDD_description.sql.",
+                         "--evidence", "db/migrations", "--json")
+    assert code == 0, err
+    learned = json.loads(out)
+    assert learned["state"] == "candidate" and learned["created_by"] == "agent-7"
+    confirm(live_server, learned["id"])
+
+    as_agent(acme_live.reader, "acme")
+    code, out, err = run(capsys, "recall", "how do I name a migration?", "--json", "--limit", "5")
+    assert code == 0, err
+    answer = json.loads(out)
+    assert [e["id"] for e in answer["entries"]] == [learned["id"]]
+    code, out, err = run(capsys, "used", answer["recall_id"], learned["id"], "--json")
+    assert code == 0 and json.loads(out)["ok"] is True
+
+
+def test_text_output_is_for_people(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_agent(acme_live.writer)
+    code, out, _ = run(capsys, "learn", "pitfall", "The pooler cannot do prepared statements.")
+    assert code == 0 and out.startswith("learned kn") and "candidate" in out
+    entry_id = out.split()[1]
+    code, out, _ = run(capsys, "learn", "pitfall", "the pooler cannot do  prepared statements.")
+    assert code == 0 and out.startswith(f"already known as {entry_id}")
+    confirm(live_server, entry_id)
+    code, out, _ = run(capsys, "recall", "pooler gotchas", "--kind", "pitfall")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("recall rc") and "1 trusted entry" in lines[0]
+    assert lines[1] == "1. [pitfall] The pooler cannot do prepared statements."
+    assert entry_id in lines[2]
+    recall_id = lines[0].split()[1].rstrip(":")
+    code, out, _ = run(capsys, "used", recall_id, entry_id)
+    assert code == 0 and out.startswith("recorded:")
+
+
+@pytest.mark.parametrize(
+    "argv, token, expected",
+    [
+        (("learn", "fact", "Readers cannot write."), "reader", "needs a write token"),
+        (("used", "rc_nope", "kn_nope"), "reader", "recall_not_found"),
+        (("recall", "x", "--limit", "99"), "reader", "limit must be an integer"),
+        (("recall", "x"), "bogus", "not valid for this gateway"),
+        (("recall", "x", "--project", "globex"), "reader", "no project 'globex'"),
+    ],
+)
+def test_refusals_are_one_line_on_stderr_and_exit_1(
+    live_server: LiveServer,
+    acme_live: ProjectTokens,
+    as_agent: Any,
+    capsys: pytest.CaptureFixture[str],
+    argv: tuple[str, ...],
+    token: str,
+    expected: str,
+) -> None:
+    as_agent(getattr(acme_live, token, "not-a-token"))
+    code, out, err = run(capsys, *argv)
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and expected in err, err
+
+
+def test_missing_token_and_unreachable_gateway(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("RELAYROOM_TOKEN", raising=False)
+    code, _, err = run(capsys, "recall", "x")
+    assert code == 1 and "RELAYROOM_TOKEN" in err
+    monkeypatch.setenv("RELAYROOM_TOKEN", "t")
+    monkeypatch.setenv("RELAYROOM_URL", f"http://127.0.0.1:{free_port()}")
+    code, _, err = run(capsys, "recall", "x", "--project", "acme")
+    assert code == 1 and "cannot reach the gateway" in err and len(err.strip().splitlines()) == 1
