@@ -45,6 +45,14 @@ def run_with_hub(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> C
     return command
 
 
+async def _check_store(url: str) -> None:
+    from gateway.store import open_driver
+
+    driver = open_driver(url)
+    await driver.open()
+    await driver.close()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -54,6 +62,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[env] = str(value)
     config = Config.from_env(workers=args.workers)
+    # Open (and migrate) the store once before serving: a store that cannot
+    # be reached is one clear line on stderr, not a traceback per worker.
+    asyncio.run(_check_store(config.database_url))
     from gateway.logs import configure_logging
 
     sys.stdout.flush()
@@ -68,9 +79,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         access_log=False,
         proxy_headers=True,
         h11_max_incomplete_event_size=128 * 1024,
+        # httptools bounds neither the size of a request head nor the time to
+        # send it; this subclass does (gateway/web/http_limits.py).
+        http=_http_protocol(),
         timeout_graceful_shutdown=5,
     )
     return 0
+
+
+def _http_protocol() -> str:
+    try:
+        import httptools  # noqa: F401
+    except ImportError:  # pure-Python h11: its head bound is h11_max_incomplete_event_size
+        return "h11"
+    return "gateway.web.http_limits:BoundedHttpToolsProtocol"
 
 
 async def _project_create(hub: Any, args: argparse.Namespace) -> int:

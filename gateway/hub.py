@@ -35,6 +35,7 @@ class Hub:
         )
         self.recall = Recall(self.driver, self.clock)
         self.metrics = Metrics()
+        self.knowledge.metrics = self.recall.metrics = self.metrics
         self.extensions: dict[str, Any] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False

@@ -10,6 +10,11 @@ import json
 import logging
 import sys
 import time
+from contextvars import ContextVar
+
+# The id of the request being served, set by `GuardMiddleware`: every line
+# logged while serving it carries the id, not only the access-log line.
+REQUEST_ID: ContextVar[str | None] = ContextVar("relayroom_request_id", default=None)
 
 _FIELDS = ("request_id", "method", "route", "status", "ms", "project", "issuer", "check", "code", "counted")
 
@@ -25,6 +30,8 @@ class JsonFormatter(logging.Formatter):
         for key in _FIELDS:
             if hasattr(record, key):
                 out[key] = getattr(record, key)
+        if "request_id" not in out and REQUEST_ID.get() is not None:
+            out["request_id"] = REQUEST_ID.get()
         if record.exc_info:
             # Tracebacks name code lines, not local values, so no secret rides along.
             out["error"] = self.formatException(record.exc_info)

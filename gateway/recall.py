@@ -7,6 +7,7 @@ whether recall helps.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gateway.clock import Clock
@@ -26,6 +27,7 @@ class Recall:
     def __init__(self, driver: Driver, clock: Clock) -> None:
         self.driver = driver
         self.clock = clock
+        self.metrics: Any = None  # set by the Hub: the recall latency histogram
 
     async def recall(
         self, principal: Principal, query: Any, kind: Any = None, limit: Any = DEFAULT_LIMIT, *, via: str = "rest"
@@ -38,6 +40,7 @@ class Recall:
             validate_kind(kind)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
             raise Invalid(f"limit must be an integer from 1 to {MAX_LIMIT}", code="invalid_limit")
+        started = time.perf_counter()
         now = self.clock.now()
         project = principal.project
         results = await self.driver.read(lambda q: q.search(project.id, query, kind, limit, now))
@@ -47,6 +50,8 @@ class Recall:
             await q.insert_recall(recall_id, project.id, principal.name, query, kind, via, results, now)
 
         await self.driver.write(record)
+        if self.metrics is not None:
+            self.metrics.recall_seconds.observe(time.perf_counter() - started)
         return recall_id, results
 
     async def used(self, principal: Principal, recall_id: Any, entry_id: Any) -> bool:

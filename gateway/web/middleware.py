@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.logs import REQUEST_ID
 from gateway.web.errors import error_response
 
 log = logging.getLogger("relayroom.access")
@@ -45,6 +46,7 @@ class GuardMiddleware:
             return
         request_id = uuid.uuid4().hex[:16]
         scope.setdefault("state", {})["request_id"] = request_id
+        request_token = REQUEST_ID.set(request_id)
         started = time.perf_counter()
         status_holder = [500]
 
@@ -60,6 +62,7 @@ class GuardMiddleware:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
+            REQUEST_ID.reset(request_token)
             elapsed = time.perf_counter() - started
             route = _route_template(scope)
             if self.metrics is not None:
