@@ -82,3 +82,25 @@ async def test_concurrent_learns_of_one_statement_make_one_entry(hub: Any, acme:
     results = await asyncio.gather(*[hub.knowledge.learn(writer, "fact", "Same statement, many callers.") for _ in range(20)])
     assert len({entry.id for entry, _ in results}) == 1
     assert sum(not dup for _, dup in results) == 1
+
+
+async def test_a_failing_unit_undoes_itself_alone(hub: Any, acme: ProjectTokens) -> None:
+    writer = await hub.accounts.authenticate(acme.writer)
+    project = await hub.accounts.project("acme")
+
+    async def broken(q: Any) -> None:
+        await q.audit(project.id, hub.clock.now(), "learn", None, "x", None)
+        raise RuntimeError("a bug inside one unit")
+
+    results = await asyncio.gather(
+        hub.knowledge.learn(writer, "fact", "Before the broken unit."),
+        hub.driver.write(broken),
+        hub.knowledge.learn(writer, "fact", "After the broken unit."),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], RuntimeError)
+    assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
+    rows = await hub.driver.read(lambda q: q.audit_rows(project.id, limit=100))
+    assert [r["actor"] for r in rows].count("x") == 0
+    # the writer is still alive
+    await hub.knowledge.learn(writer, "fact", "The writer survived.")

@@ -18,6 +18,7 @@ for more than one process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from pathlib import Path
@@ -73,9 +74,10 @@ class SqliteDriver:
         self._busy_timeout_ms = busy_timeout_ms
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
-        self._queue: asyncio.Queue[tuple[Unit[Any], asyncio.Future[Any]] | None] | None = None
+        self._queue: asyncio.Queue[tuple[Unit[Any], asyncio.Future[Any], bool] | None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._read_lock: asyncio.Lock | None = None
+        self._stopped = False
 
     async def open(self) -> None:
         if self.path != ":memory:":
@@ -84,6 +86,7 @@ class SqliteDriver:
         await asyncio.to_thread(self._migrate)
         self._reader = await asyncio.to_thread(_connect, self.path, self._busy_timeout_ms)
         self._queue = asyncio.Queue()
+        self._stopped = False
         self._read_lock = asyncio.Lock()
         self._task = asyncio.create_task(self._write_loop(), name="relayroom-sqlite-writer")
 
@@ -131,11 +134,14 @@ class SqliteDriver:
         except Exception:  # readiness reports the failure; it never raises
             return False
 
-    async def write(self, unit: Unit[T]) -> T:
-        if self._queue is None:
+    async def write(self, unit: Unit[T], *, durable: bool = True) -> T:
+        """Run `unit` in the next group transaction.  With durable=False the
+        caller is answered before the group's commit (for records that are
+        telemetry, not knowledge)."""
+        if self._queue is None or self._stopped:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        await self._queue.put((unit, future))
+        await self._queue.put((unit, future, durable))
         return await asyncio.shield(future)
 
     async def read(self, unit: Unit[T]) -> T:
@@ -150,63 +156,81 @@ class SqliteDriver:
                 self._reader.execute("COMMIT")
 
     async def _write_loop(self) -> None:
+        """Take whatever is waiting, run it as one transaction, repeat.
+
+        A failure outside any unit (the file lock, the commit, a bug here)
+        fails that group's callers with 503 and the loop goes on; if the loop
+        itself ends, every caller still waiting is failed rather than left
+        hanging."""
         from gateway.store.queries import Queries
 
         assert self._queue is not None and self._writer is not None
-        conn = self._writer
-        queries = Queries(SqliteTx(conn))
-        stopping = False
-        while not stopping:
-            item = await self._queue.get()
-            if item is None:
-                break
-            group = [item]
-            while len(group) < MAX_GROUP and not self._queue.empty():
-                nxt = self._queue.get_nowait()
-                if nxt is None:
-                    stopping = True
+        queries = Queries(SqliteTx(self._writer))
+        try:
+            stopping = False
+            while not stopping:
+                item = await self._queue.get()
+                if item is None:
                     break
-                group.append(nxt)
-            try:
-                await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                log.warning("could not start a write transaction: %s", exc)
-                for _, fut in group:
-                    if not fut.done():
-                        fut.set_exception(
-                            Unavailable("the store is busy; retry shortly", code="store_busy", retry_after=1)
-                        )
-                continue
-            outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-            for unit, fut in group:
+                group = [item]
+                while len(group) < MAX_GROUP and not self._queue.empty():
+                    nxt = self._queue.get_nowait()
+                    if nxt is None:
+                        stopping = True
+                        break
+                    group.append(nxt)
+                await self._run_group(queries, group)
+        finally:
+            self._stopped = True
+            while not self._queue.empty():
+                leftover = self._queue.get_nowait()
+                if leftover is not None and not leftover[1].done():
+                    leftover[1].set_exception(Unavailable("the store is closing; retry", code="store_unavailable", retry_after=1))
+
+    async def _run_group(self, queries: Any, group: list[Any]) -> None:
+        conn = self._writer
+        assert conn is not None
+        try:
+            await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            log.warning("could not start a write transaction: %s", exc)
+            _fail(group, Unavailable("the store is busy; retry shortly", code="store_busy", retry_after=1))
+            return
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            for unit, fut, durable in group:
                 conn.execute("SAVEPOINT unit")
                 try:
                     result = await unit(queries)
-                except BaseException as exc:  # the unit's own failure: undo it alone
+                except Exception as exc:  # the unit's own failure: undo it alone
                     conn.execute("ROLLBACK TO unit")
                     conn.execute("RELEASE unit")
                     outcomes.append((fut, None, exc))
-                else:
-                    conn.execute("RELEASE unit")
-                    outcomes.append((fut, result, None))
-            try:
-                await asyncio.to_thread(conn.execute, "COMMIT")
-            except sqlite3.Error as exc:
-                log.error("commit failed: %s", exc)
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                for fut, _, _ in outcomes:
-                    if not fut.done():
-                        fut.set_exception(
-                            Unavailable("the store could not commit; retry", code="store_unavailable", retry_after=1)
-                        )
-                continue
-            for fut, result, exc in outcomes:
-                if fut.done():
                     continue
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
+                conn.execute("RELEASE unit")
+                if durable:
+                    outcomes.append((fut, result, None))
+                elif not fut.done():
+                    # Not worth an fsync to wait for (a recall record): later
+                    # units on this connection already see it.
                     fut.set_result(result)
+            await asyncio.to_thread(conn.execute, "COMMIT")
+        except Exception as exc:
+            log.error("write transaction failed: %s", type(exc).__name__)
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            _fail(group, Unavailable("the store could not commit; retry", code="store_unavailable", retry_after=1))
+            return
+        for fut, result, error in outcomes:
+            if fut.done():
+                continue
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)
+
+
+def _fail(group: list[Any], error: Exception) -> None:
+    for _, fut, _ in group:
+        if not fut.done():
+            fut.set_exception(error)
