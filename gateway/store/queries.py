@@ -498,6 +498,7 @@ class Queries:
         )
 
     async def count_learns_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
+        await self.serialize(f"budget:learns:{project_id}:{principal}")  # the count decides; hold it across processes
         row = await self.tx.one(
             "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM entries "
             "WHERE project_id = ? AND created_by = ? AND created_at > ? AND created_via = 'learn'",
@@ -508,6 +509,7 @@ class Queries:
         return (int(row["n"]), row["oldest"]) if row else (0, None)
 
     async def count_events_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
+        await self.serialize(f"budget:events:{project_id}:{principal}")  # the count decides; hold it across processes
         row = await self.tx.one(
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM events WHERE project_id = ? AND principal = ? AND at > ?",
             project_id,
@@ -523,7 +525,9 @@ class Queries:
     ) -> list[tuple[Entry, float]]:
         hits = await self.index.search(project_id, query, kind, limit, now)
         found = await self.entries_by_seqs([seq for seq, _ in hits])
-        return [(found[seq], score) for seq, score in hits if seq in found]
+        # Defence in depth: the index holds trusted entries only, but recall
+        # is the gate's door, so the entry's own state has the last word.
+        return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
 
     async def insert_recall(
         self,
@@ -595,13 +599,17 @@ class Queries:
 
     async def reserve_jti(self, issuer: str, jti: str, expires_at: float, now: float) -> bool:
         """True if this (issuer, jti) was never seen while it could be accepted."""
-        await self.tx.run("DELETE FROM seen_tokens WHERE issuer = ? AND jti = ? AND expires_at <= ?", issuer, jti, now)
+        # One statement: a new key is inserted, an expired one taken over;
+        # a live one changes nothing (0 rows), also when two processes race.
         return bool(
             await self.tx.run(
-                "INSERT INTO seen_tokens (issuer, jti, expires_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                "INSERT INTO seen_tokens (issuer, jti, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (issuer, jti) DO UPDATE SET expires_at = excluded.expires_at "
+                "WHERE seen_tokens.expires_at <= ?",
                 issuer,
                 jti,
                 expires_at,
+                now,
             )
         )
 
@@ -926,6 +934,7 @@ class Queries:
     async def count_thread_messages_since(
         self, project_id: int, principal: str, since: float
     ) -> tuple[int, float | None]:
+        await self.serialize(f"budget:messages:{project_id}:{principal}")  # the count decides; hold it across processes
         row = await self.tx.one(
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM thread_messages WHERE project_id = ? AND posted_by = ? AND at > ?",
             project_id,
@@ -933,3 +942,17 @@ class Queries:
             since,
         )
         return (int(row["n"]), row["oldest"]) if row else (0, None)
+
+    async def support_exists(self, project_id: int, entry_id: str, issuer: str, source: str) -> bool:
+        """Whether this fingerprint (issuer + source) already supports this
+        entry of this project: the common case of a CI rerun, answered
+        without loading the entry."""
+        row = await self.tx.one(
+            "SELECT 1 AS found FROM supports s JOIN entries e ON e.seq = s.entry_seq "
+            "WHERE e.project_id = ? AND e.id = ? AND s.issuer = ? AND s.source = ?",
+            project_id,
+            entry_id,
+            issuer,
+            source,
+        )
+        return row is not None

@@ -1,3 +1,98 @@
-"""(placeholder: filled in by its issue)"""
+"""CI doors (CONTRACT 5): OIDC attestations and signed webhooks.
 
-routes: list = []
+    POST /v1/attestations        Authorization: Bearer <OIDC JWT>, body of 5.1
+    POST /v1/webhooks/github     X-Hub-Signature-256, workflow_run / ping / check_run
+    POST /v1/webhooks/{source}   Standard Webhooks, body of 5.1
+
+`setup(hub)` builds the check map registry, the key cache and the token
+verifier once per hub and hangs them on `hub.extensions`; the hub's start
+hook loads the maps against the store and starts the file watch, the stop
+hook closes the HTTP client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from gateway.attestations import AttestationIntake, read_statement
+from gateway.checkmaps.registry import CheckmapRegistry
+from gateway.errors import UnsupportedMedia
+from gateway.oidc.fetch import JsonFetcher
+from gateway.oidc.keys import KeyCache
+from gateway.oidc.verifier import TokenVerifier
+from gateway.web.inputs import API_BODY_LIMIT, WEBHOOK_BODY_LIMIT, bearer, json_body, raw_body
+
+
+def _intake(request: Request) -> AttestationIntake:
+    return request.app.state.hub.extensions["attestations"]
+
+
+async def post_attestation(request: Request) -> Response:
+    token = bearer(request)
+    body = await json_body(request, required=("check", "outcome"), optional=("project", "run_url"), limit=API_BODY_LIMIT)
+    statement = read_statement(body)
+    result = await _intake(request).from_token(token, statement)
+    return JSONResponse(result, status_code=201)
+
+
+def _require_json(request: Request) -> None:
+    media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if media != "application/json":
+        raise UnsupportedMedia("send the webhook as JSON (Content-Type: application/json)", code="unsupported_media_type")
+
+
+async def post_github_webhook(request: Request) -> Response:
+    raw = await raw_body(request, WEBHOOK_BODY_LIMIT)
+    _require_json(request)
+    status, result = await _intake(request).from_github(request.headers, raw)
+    return JSONResponse(result, status_code=status)
+
+
+async def post_source_webhook(request: Request) -> Response:
+    raw = await raw_body(request, WEBHOOK_BODY_LIMIT)
+    _require_json(request)
+    status, result = await _intake(request).from_source(request.path_params["source"], request.headers, raw)
+    return JSONResponse(result, status_code=status)
+
+
+def setup(hub: Any) -> None:
+    if "attestations" in hub.extensions:
+        return
+    registry = CheckmapRegistry(hub.config.checkmaps, hub.clock)
+    registry.reload()  # files only; the store check runs when the hub starts
+    fetcher = JsonFetcher(allow_insecure=hub.config.allow_insecure_issuers)
+    keys = KeyCache(clock=hub.clock, driver=hub.driver, fetcher=fetcher, metrics=hub.metrics)
+    verifier = TokenVerifier(
+        keys=keys,
+        snapshot=lambda: registry.snapshot,
+        clock=hub.clock,
+        audience=hub.config.audience,
+        allow_insecure=hub.config.allow_insecure_issuers,
+    )
+    hub.extensions["checkmaps"] = registry
+    hub.extensions["oidc"] = verifier
+    hub.extensions["attestations"] = AttestationIntake(hub, registry, verifier)
+
+    async def on_start(hub: Any) -> None:
+        registry.reload()
+        await registry.check_store(hub.driver)
+        registry.install_sighup(hub.driver)
+        hub.add_task(registry.watch(hub.driver), "relayroom-checkmaps")
+
+    async def on_stop(hub: Any) -> None:
+        registry.remove_sighup()
+        await fetcher.close()
+
+    hub.extensions.setdefault("on_start", []).append(on_start)
+    hub.extensions.setdefault("on_stop", []).append(on_stop)
+
+
+routes = [
+    Route("/v1/attestations", post_attestation, methods=["POST"]),
+    Route("/v1/webhooks/github", post_github_webhook, methods=["POST"]),
+    Route("/v1/webhooks/{source}", post_source_webhook, methods=["POST"]),
+]

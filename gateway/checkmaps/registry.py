@@ -1,0 +1,253 @@
+"""The check maps in force: loaded from a folder, reloaded when a file
+changes or on SIGHUP, and looked up by the attestation intake.
+
+Only the folder's top-level `*.yaml`/`*.yml` files are loaded (sub-folders
+such as `examples/` are not).  A file that fails validation is reported and
+the last good version of that file stays in force.  One file per project:
+when two files name the same project the first by name keeps it and the
+other is reported.  What the store knows (does the project exist, are the
+supported ids entries of that project) is checked after each load and
+reported as warnings; the intake never supports a foreign or unknown id
+whatever the warnings say.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway.checkmaps.model import OIDC_PROVIDERS, Binding, CheckMap, CheckRule, Problem
+from gateway.checkmaps.validate import validate_text
+from gateway.clock import Clock, to_rfc3339
+
+log = logging.getLogger("relayroom.checkmaps")
+
+POLL_SECONDS = 1.0
+
+
+@dataclass
+class _FileState:
+    path: str
+    disk_sha: str = ""
+    parsed: CheckMap | None = None
+    problems: list[Problem] = field(default_factory=list)
+    conflict: str | None = None
+    in_force: CheckMap | None = None
+    loaded_at: float | None = None
+    warnings: list[Problem] = field(default_factory=list)
+
+    def error(self) -> str | None:
+        messages = [str(p) for p in self.problems]
+        if self.conflict:
+            messages.append(self.conflict)
+        return "; ".join(messages) or None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Indexes over the maps in force, swapped whole on each reload."""
+
+    maps: dict[str, CheckMap] = field(default_factory=dict)
+    oidc: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
+    github_repositories: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
+    webhook_sources: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, maps: list[CheckMap]) -> "Snapshot":
+        oidc: dict[str, list[Binding]] = {}
+        repos: dict[str, list[Binding]] = {}
+        sources: dict[str, list[Binding]] = {}
+        for checkmap in maps:
+            for binding in checkmap.bindings:
+                if binding.provider in OIDC_PROVIDERS and binding.issuer:
+                    oidc.setdefault(binding.issuer, []).append(binding)
+                if binding.provider == "github-actions" and binding.repository_id:
+                    repos.setdefault(binding.repository_id, []).append(binding)
+                if binding.provider == "webhook" and binding.source:
+                    sources.setdefault(binding.source, []).append(binding)
+        return cls(
+            maps={m.project: m for m in maps},
+            oidc={k: tuple(v) for k, v in oidc.items()},
+            github_repositories={k: tuple(v) for k, v in repos.items()},
+            webhook_sources={k: tuple(v) for k, v in sources.items()},
+        )
+
+    def rule(self, project: str, check: str) -> CheckRule | None:
+        checkmap = self.maps.get(project)
+        return checkmap.checks.get(check) if checkmap is not None else None
+
+
+class CheckmapRegistry:
+    def __init__(self, folder: str | Path, clock: Clock) -> None:
+        self.folder = Path(folder)
+        self.clock = clock
+        self.snapshot = Snapshot()
+        self._files: dict[str, _FileState] = {}
+        self._signal_installed = False
+
+    # -- loading --------------------------------------------------------------
+
+    def files(self) -> list[Path]:
+        if not self.folder.is_dir():
+            return []
+        found = [p for p in self.folder.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".")]
+        return sorted(p for p in found if p.is_file())
+
+    def reload(self) -> bool:
+        """Read the folder; True when what is in force (or a reported problem) changed."""
+        changed = False
+        seen: set[str] = set()
+        for path in self.files():
+            name = str(path)
+            seen.add(name)
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                log.warning("cannot read check map %s: %s", name, exc.strerror)
+                continue
+            digest = hashlib.sha256(raw).hexdigest()
+            state = self._files.setdefault(name, _FileState(path=name))
+            if state.disk_sha == digest:
+                continue
+            changed = True
+            state.disk_sha = digest
+            try:
+                state.parsed, state.problems = validate_text(raw, name)
+            except Exception:  # never let one file stop the gateway: report it, keep its last good version
+                log.exception("check map %s could not be validated", name)
+                state.parsed, state.problems = None, [Problem(name, 1, "the file could not be validated (see the log)")]
+            for problem in state.problems:
+                log.warning("check map problem: %s", problem)
+        for name in list(self._files):
+            if name not in seen:
+                log.info("check map %s was removed; its bindings are no longer in force", name)
+                del self._files[name]
+                changed = True
+        if changed:
+            self._resolve()
+        return changed
+
+    def _resolve(self) -> None:
+        """Decide, file by file in name order, which version is in force."""
+        now = self.clock.now()
+        claimed: dict[str, str] = {}
+        for name in sorted(self._files):
+            state = self._files[name]
+            state.conflict = None
+            wanted = state.parsed
+            if wanted is not None and wanted.project in claimed:
+                state.conflict = (f"{name}:1: project {wanted.project} is already mapped by {claimed[wanted.project]}; "
+                                  "one file per project")
+                log.warning("check map problem: %s", state.conflict)
+                wanted = None
+            if wanted is not None:
+                if state.in_force is None or state.in_force.sha256 != wanted.sha256:
+                    state.in_force, state.loaded_at = wanted, now
+                    state.warnings = []
+            elif state.in_force is not None and state.in_force.project in claimed:
+                state.in_force, state.loaded_at = None, None
+            if state.in_force is not None:
+                claimed[state.in_force.project] = name
+        self.snapshot = Snapshot.build([s.in_force for s in self._files.values() if s.in_force is not None])
+
+    async def check_store(self, driver: Any) -> None:
+        """Report maps naming a project this gateway lacks, and supported ids
+        that are not entries of the map's project."""
+        maps = [(s, s.in_force) for s in self._files.values() if s.in_force is not None]
+
+        async def unit(q: Any) -> list[tuple[_FileState, list[Problem]]]:
+            results = []
+            for state, checkmap in maps:
+                warnings: list[Problem] = []
+                project = await q.project_by_slug(checkmap.project)
+                if project is None:
+                    warnings.append(Problem(checkmap.file, 1, f"project {checkmap.project} does not exist on this "
+                                            f"gateway; create it with `relayroom project create {checkmap.project}`"))
+                ids = sorted({i for rule in checkmap.checks.values() for i in rule.supports})
+                owners = await q.entry_projects(ids) if ids else {}
+                for rule in checkmap.checks.values():
+                    for entry_id in rule.supports:
+                        owner = owners.get(entry_id)
+                        if owner is None:
+                            warnings.append(Problem(checkmap.file, rule.line, f"{rule.name}: {entry_id} is not an entry "
+                                                    f"of project {checkmap.project}; it will not be supported"))
+                        elif project is None or owner != project.id:
+                            warnings.append(Problem(checkmap.file, rule.line, f"{rule.name}: {entry_id} belongs to "
+                                                    f"another project; it will never be supported from this map"))
+                results.append((state, warnings))
+            return results
+
+        for state, warnings in await driver.read(unit):
+            if [str(w) for w in warnings] != [str(w) for w in state.warnings]:
+                for warning in warnings:
+                    log.warning("check map problem: %s", warning)
+            state.warnings = warnings
+
+    def problems(self) -> list[Problem]:
+        """Every problem of the files on disk (validation, conflicts, store warnings)."""
+        out: list[Problem] = []
+        for name in sorted(self._files):
+            state = self._files[name]
+            out.extend(state.problems)
+            if state.conflict:
+                out.append(Problem(name, 1, state.conflict.split(": ", 1)[1]))
+            out.extend(state.warnings)
+        return out
+
+    def status(self) -> list[dict[str, Any]]:
+        rows = []
+        for name in sorted(self._files):
+            state = self._files[name]
+            rows.append({
+                "file": name,
+                "sha256": state.in_force.sha256 if state.in_force else None,
+                "loaded_at": to_rfc3339(state.loaded_at),
+                "error": state.error(),
+                "warnings": [str(w) for w in state.warnings],
+            })
+        return rows
+
+    # -- running inside the gateway ---------------------------------------------
+
+    async def refresh(self, driver: Any) -> None:
+        if self.reload():
+            await self.check_store(driver)
+
+    async def watch(self, driver: Any) -> None:
+        """Poll the folder every second: a change is in force within 2 s."""
+        while True:
+            await asyncio.sleep(POLL_SECONDS)
+            try:
+                await self.refresh(driver)
+            except Exception:  # the next round retries; the maps in force stay
+                log.exception("check map reload failed")
+
+    def install_sighup(self, driver: Any) -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_hup() -> None:
+            log.info("SIGHUP: reloading check maps")
+            loop.create_task(self._forced_reload(driver))
+
+        try:
+            loop.add_signal_handler(signal.SIGHUP, on_hup)
+            self._signal_installed = True
+        except (ValueError, RuntimeError, NotImplementedError, AttributeError):
+            pass  # not the main thread (tests, embedded servers): the poll still reloads
+
+    def remove_sighup(self) -> None:
+        if self._signal_installed:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)
+            self._signal_installed = False
+
+    async def _forced_reload(self, driver: Any) -> None:
+        for state in self._files.values():
+            state.disk_sha = ""  # re-read everything, even unchanged files
+        await self.refresh(driver)

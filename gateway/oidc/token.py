@@ -1,0 +1,247 @@
+"""A CI token in two steps: peek, then verify.
+
+`peek` reads the unverified header and the `iss` claim, only to choose the
+issuer whose keys and bindings apply.  It refuses, without any network
+work, what is plainly not a usable token: not three base64url segments,
+header or payload not a JSON object, an algorithm off the allow-list
+(`none` and every HMAC included), no usable `kid`.  Nothing read here is
+trusted.  Headers such as `jku`, `x5u`, `jwk`, `x5c` are never read: keys
+come only from the issuer's discovery document.
+
+`decode` verifies with PyJWT, every option written out, then checks the
+time claims against the hub's clock (PyJWT reads the wall clock, which tests
+and the store's notion of "now" do not share) with the same 60 s leeway.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import math
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+from jwt import PyJWK
+from jwt import exceptions as jwt_errors
+from jwt.api_jws import PyJWS
+from jwt.utils import base64url_decode, base64url_encode
+
+from gateway.errors import GatewayError, Unauthorized
+
+ALGORITHMS = ("RS256", "ES256")
+LEEWAY_SECONDS = 60
+MAX_TOKEN_CHARS = 16 * 1024
+REQUIRED_CLAIMS = ("iss", "aud", "exp", "iat", "jti")
+_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
+_MAX_EPOCH = 1e11  # year 5138: anything later is not a time
+
+
+@dataclass(frozen=True)
+class Peeked:
+    issuer: str
+    kid: str
+    alg: str
+    # What peeking already decoded and validated, so that PyJWT does not
+    # decode the same bytes again: segment -> decoded bytes, and the claims.
+    segments: dict[bytes, bytes] = field(default_factory=dict, repr=False)
+    payload: tuple[bytes, dict[str, Any]] | None = field(default=None, repr=False)
+
+
+def _malformed(why: str) -> Unauthorized:
+    return Unauthorized(f"the bearer token is not a usable JWT: {why}", code="malformed_token")
+
+
+def _segment_bytes(segment: str, what: str) -> bytes:
+    """Strict base64url: the alphabet, no padding, canonical (PyJWT's rules and stricter)."""
+    if not _SEGMENT.match(segment) or len(segment) % 4 == 1:
+        raise _malformed(f"the {what} is not base64url")
+    encoded = segment.encode("ascii")
+    raw = base64url_decode(encoded)
+    if base64url_encode(raw) != encoded:
+        raise _malformed(f"the {what} is not canonical base64url")
+    return raw
+
+
+def _segment_json(segment: str, what: str) -> tuple[bytes, dict[str, Any]]:
+    raw = _segment_bytes(segment, what)
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise _malformed(f"the {what} is not base64url-encoded JSON") from None
+    if not isinstance(value, dict):
+        raise _malformed(f"the {what} is not a JSON object")
+    return raw, value
+
+
+def peek(token: str) -> Peeked:
+    if len(token) > MAX_TOKEN_CHARS:
+        raise _malformed(f"it is longer than {MAX_TOKEN_CHARS} characters")
+    parts = token.split(".")
+    if len(parts) != 3 or not parts[2]:
+        raise _malformed("a JWT has three dot-separated parts: header, payload, signature")
+    header_raw, header = _segment_json(parts[0], "header")
+    alg = header.get("alg")
+    if alg not in ALGORITHMS:
+        shown = alg if isinstance(alg, str) and len(alg) <= 20 else "missing or invalid"
+        raise Unauthorized(
+            f"token algorithm {shown!s} is not allowed; CI tokens must be signed with {' or '.join(ALGORITHMS)}",
+            code="alg_not_allowed",
+        )
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not 0 < len(kid) <= 256:
+        raise Unauthorized("the token header carries no usable kid (key id)", code="unknown_kid")
+    signature_raw = _segment_bytes(parts[2], "signature")
+    payload_raw, claims = _segment_json(parts[1], "payload")
+    issuer = claims.get("iss")
+    if issuer is None:
+        raise Unauthorized("the token has no iss claim", code="missing_claim", extra={"claim": "iss"})
+    if not isinstance(issuer, str) or not 0 < len(issuer) <= 512:
+        raise _malformed("iss is not a string")
+    segments = {parts[0].encode(): header_raw, parts[1].encode(): payload_raw, parts[2].encode(): signature_raw}
+    return Peeked(issuer=issuer, kid=kid, alg=alg, segments=segments, payload=(payload_raw, claims))
+
+
+_SEGMENT_BYTES = re.compile(rb"^[A-Za-z0-9_-]*$")
+_HINT = threading.local()
+
+
+class _RegexSegmentJWS(PyJWS):
+    """PyJWS with its base64url segment rules unchanged, but checked by one
+    regular expression instead of a Python-level loop over every character
+    (profiling showed that loop to be most of the cost of `jwt.decode` on a
+    GitHub-sized token), and skipped for segments `peek` already decoded
+    under the same rules or stricter.  `test_oidc_token.py` holds it to
+    PyJWT's own implementation on valid and hostile segments."""
+
+    @staticmethod
+    def _decode_base64url_segment(segment: bytes, name: str) -> bytes:
+        known = getattr(_HINT, "segments", None)
+        if known is not None:
+            raw = known.get(segment)
+            if raw is not None:
+                return raw
+        stripped = segment.rstrip(b"=")
+        padding = len(segment) - len(stripped)
+        if padding > 2 or (padding and len(segment) % 4 != 0):
+            raise jwt_errors.DecodeError(f"Invalid {name} padding")
+        if len(stripped) % 4 == 1 or not _SEGMENT_BYTES.match(stripped):
+            raise jwt_errors.DecodeError(f"Invalid {name} padding")
+        try:
+            decoded = base64url_decode(stripped)
+        except (TypeError, binascii.Error) as err:
+            raise jwt_errors.DecodeError(f"Invalid {name} padding") from err
+        if base64url_encode(decoded) != stripped:
+            raise jwt_errors.DecodeError(f"Invalid {name} padding")
+        return decoded
+
+
+class _PeekAwareJWT(jwt.PyJWT):
+    """PyJWT whose payload JSON is the one `peek` already parsed, when it is
+    exactly those bytes (the same object the segment step returned)."""
+
+    def _decode_payload(self, decoded: dict[str, Any]) -> dict[str, Any]:
+        known = getattr(_HINT, "payload", None)
+        if known is not None and decoded["payload"] is known[0]:
+            return known[1]
+        return super()._decode_payload(decoded)
+
+
+_VERIFIER = _PeekAwareJWT()
+_VERIFIER._jws = _RegexSegmentJWS(options=_VERIFIER._get_sig_options())
+
+
+def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, peeked: Peeked | None = None
+           ) -> dict[str, Any]:
+    """Verify signature and claims; return the verified claims."""
+    if peeked is not None:
+        _HINT.segments, _HINT.payload = peeked.segments, peeked.payload
+    try:
+        claims: dict[str, Any] = _VERIFIER.decode(
+            token,
+            key=key,
+            algorithms=list(ALGORITHMS),
+            audience=audience,
+            issuer=issuer,
+            leeway=LEEWAY_SECONDS,
+            options={
+                "verify_signature": True,
+                "require": list(REQUIRED_CLAIMS),
+                "verify_iss": True,
+                "verify_aud": True,
+                # A list audience is allowed only when it holds nothing but
+                # ours: checked below, since strict mode refuses every list.
+                "strict_aud": False,
+                # Time claims are checked below against the hub's clock.
+                "verify_exp": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+                "verify_sub": True,
+                "verify_jti": True,
+            },
+        )
+    except jwt_errors.PyJWTError as exc:
+        raise _refusal(exc, audience) from None
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        raise _malformed("its claims could not be read") from None
+    finally:
+        _HINT.segments = _HINT.payload = None
+    aud = claims.get("aud")
+    if isinstance(aud, list) and any(item != audience for item in aud):
+        raise Unauthorized(
+            f"the token's audience list holds more than {audience!r}; request the token with audience {audience!r} only",
+            code="invalid_audience",
+        )
+    check_times(claims, now)
+    jti = claims.get("jti")
+    if not isinstance(jti, str) or not 0 < len(jti) <= 256:
+        raise Unauthorized("jti must be a string of 1 to 256 characters", code="invalid_claim", extra={"claim": "jti"})
+    return claims
+
+
+def _number(claims: dict[str, Any], name: str) -> float | None:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value < _MAX_EPOCH:
+        raise Unauthorized(f"{name} must be a time in seconds since the epoch", code="invalid_claim", extra={"claim": name})
+    return float(value)
+
+
+def check_times(claims: dict[str, Any], now: float, leeway: float = LEEWAY_SECONDS) -> None:
+    exp = _number(claims, "exp")
+    iat = _number(claims, "iat")
+    nbf = _number(claims, "nbf")
+    if exp is None or iat is None:
+        missing = "exp" if exp is None else "iat"
+        raise Unauthorized(f"the token has no {missing} claim", code="missing_claim", extra={"claim": missing})
+    if exp <= now - leeway:
+        raise Unauthorized(f"the token expired {int(now - exp)} s ago; request a fresh one in the CI job", code="token_expired")
+    for name, value in (("nbf", nbf), ("iat", iat)):
+        if value is not None and value > now + leeway:
+            raise Unauthorized(
+                f"the token is not valid yet ({name} is {int(value - now)} s ahead of the gateway's clock)",
+                code="token_not_yet_valid",
+            )
+
+
+def _refusal(exc: jwt_errors.PyJWTError, audience: str) -> GatewayError:
+    if isinstance(exc, jwt_errors.InvalidSignatureError):
+        return Unauthorized("the token signature does not verify with the issuer's key", code="invalid_signature")
+    if isinstance(exc, jwt_errors.InvalidAlgorithmError):
+        return Unauthorized("the token algorithm does not match its signing key", code="alg_not_allowed")
+    if isinstance(exc, jwt_errors.MissingRequiredClaimError):
+        return Unauthorized(f"the token has no {exc.claim} claim", code="missing_claim", extra={"claim": exc.claim})
+    if isinstance(exc, jwt_errors.InvalidAudienceError):
+        return Unauthorized(
+            f"the token's aud is not {audience!r}; request the token with audience {audience!r}", code="invalid_audience"
+        )
+    if isinstance(exc, jwt_errors.InvalidIssuerError):
+        return Unauthorized("the token's iss is not the configured issuer", code="unknown_issuer")
+    if isinstance(exc, (jwt_errors.InvalidSubjectError, jwt_errors.InvalidJTIError)):
+        return Unauthorized("the token's sub or jti is not a string", code="invalid_claim")
+    if isinstance(exc, jwt_errors.DecodeError):
+        return _malformed("it could not be decoded")
+    return Unauthorized("the token is not valid", code="invalid_token")
