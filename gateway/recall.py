@@ -49,7 +49,9 @@ class Recall:
         async def record(q: Queries) -> None:
             await q.insert_recall(recall_id, project.id, principal.name, query, kind, via, results, now)
 
-        await self.driver.write(record)
+        # The record is telemetry, not knowledge: it need not wait for an
+        # fsync; recall_used, a later write, sees it all the same.
+        await self.driver.write(record, durable=False)
         if self.metrics is not None:
             self.metrics.recall_seconds.observe(time.perf_counter() - started)
         return recall_id, results

@@ -54,3 +54,9 @@ async def snapshot(hub: Any) -> dict[str, int]:
     states = await hub.driver.read(lambda q: q.tx.all("SELECT state, COUNT(*) AS n FROM entries GROUP BY state ORDER BY state"))
     counts.update({f"state:{r['state']}": int(r["n"]) for r in states})
     return counts
+
+
+async def settle(hub: Any) -> None:
+    """Wait until writes answered before their commit (recall records) are
+    committed: a durable write queued after them commits them too."""
+    await hub.driver.write(lambda q: q.meta_get("schema_version"))

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.clock import DAY, HOUR, to_date
 from gateway.learning import LEAST_USEFUL_MIN_RETURNED, rank_entries, shape_days, window_start
-from tests.helpers import bearer, learn
+from tests.helpers import bearer, learn, settle
 
 
 def test_window_starts_at_midnight_and_holds_whole_days() -> None:
@@ -68,6 +68,7 @@ async def test_figures_over_days(client: Any, acme: Any, hub: Any) -> None:
     second = await _recall(client, acme.reader, "alpha")
     await _used(client, acme.reader, second["recall_id"], alpha)
     await _recall(client, acme.reader, "nothing-matches-this")
+    await settle(hub)
     r = await client.get("/v1/projects/acme/learning?days=7", headers=bearer(acme.owner))
     assert r.status_code == 200
     body = r.json()

@@ -30,6 +30,7 @@ from gateway.search import (
 )
 from gateway.vocabulary import synonyms_for
 from tests.conftest import ProjectTokens, make_project
+from tests.helpers import settle
 
 HOSTILE = [
     "",
@@ -282,6 +283,7 @@ async def test_limit_is_respected_and_every_recall_is_recorded(hub: Hub, acme: P
         assert len(results) == expected
     recall_id, results = await hub.recall.recall(reader, "service logs stdout", None, 3, via="mcp")
     project = reader.project
+    await settle(hub)  # recall records are written without waiting for the disk
     rows = await hub.driver.read(
         lambda q: q.tx.all(
             "SELECT r.principal, r.query, r.via, r.returned, rr.entry_seq, rr.rank FROM recalls r "

@@ -8,6 +8,8 @@ the only thing the core talks to; it never sees which backend it runs on.
     write(unit)  runs `await unit(queries)` in one durable transaction and
                  returns its result only after the commit; an exception raised
                  by the unit rolls back that unit alone and is re-raised.
+                 With durable=False (telemetry such as recall records) the
+                 caller may be answered before the commit reaches the disk.
     read(unit)   runs `await unit(queries)` on a consistent snapshot.
 
 A unit awaits nothing but its `Queries`: on SQLite the statements run without
@@ -44,7 +46,7 @@ class Driver(Protocol):
 
     async def close(self) -> None: ...
 
-    async def write(self, unit: Unit[T]) -> T: ...
+    async def write(self, unit: Unit[T], *, durable: bool = True) -> T: ...
 
     async def read(self, unit: Unit[T]) -> T: ...
 
