@@ -152,7 +152,9 @@ class Accounts:
         project_id = principal.project.id
 
         async def unit(q: Queries) -> ProjectSettings:
-            project = await q.project_by_id(project_id)
+            # Locked: two owners changing different settings at once on two
+            # processes must not each write back the other's old value.
+            project = await q.project_by_id(project_id, for_update=True)
             assert project is not None
             updated = validate_settings(project.settings, changes)
             await q.update_settings(project_id, updated)

@@ -201,6 +201,14 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 at {REAL} NOT NULL
             )""",
             "CREATE INDEX thread_messages_poster_time ON thread_messages(project_id, posted_by, at)",
+            # Recall's optional embedding vectors (gateway/embeddings.py), one per trusted entry.
+            """CREATE TABLE entry_vectors (
+                seq {INT} PRIMARY KEY,
+                project_id {INT} NOT NULL,
+                model {TEXT} NOT NULL,
+                vector {BLOB} NOT NULL
+            )""",
+            "CREATE INDEX entry_vectors_project ON entry_vectors(project_id, seq)",
         ],
     ),
 ]

@@ -1,0 +1,344 @@
+"""PostgreSQL backend: an asyncpg pool, one transaction per write unit.
+
+Why it looks the way it does:
+
+- Several gateway processes (on several hosts) share one database, so every
+  fact that must hold across them is decided inside a transaction: rows that a
+  unit reads and then decides on are locked (`SELECT ... FOR UPDATE`, or an
+  advisory transaction lock through `Queries.serialize`), and the stores of
+  "seen once" keys are primary keys written with `INSERT ... ON CONFLICT`.
+- Write units run at READ COMMITTED: a statement that waited for a row lock
+  sees the row as the other transaction committed it, which is what
+  "promote exactly once" needs.  A unit that loses a deadlock or a
+  serialization check is rolled back and run again from the start (its reads
+  are repeated, so its decision is remade on fresh facts); a unique violation
+  is retried too, because it means a concurrent unit inserted the row this one
+  looked for and did not find, and the rerun sees it.
+- Reads run in a read-only REPEATABLE READ transaction: one snapshot for the
+  whole unit, never a serialization failure.
+- The SQL of `Queries` is written once with `?` placeholders; each distinct
+  string is rewritten to `$1..$n` once and cached.
+- Every statement has a time limit (`statement_timeout`), so a stuck query
+  answers 503 with Retry-After instead of holding a request forever.
+
+The URL may carry driver options as query parameters, removed before
+connecting: `pool_min` (default 1), `pool_max` (default 10) and
+`statement_timeout_ms` (default 15000).  Anything else in the URL goes to
+asyncpg/libpq unchanged (e.g. `sslmode=require`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import re
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any, AsyncIterator
+from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
+
+from gateway.errors import Conflict, Unavailable
+from gateway.store.base import T, Unit
+from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
+
+log = logging.getLogger("relayroom.store")
+
+# Any fixed 64-bit number: every gateway process takes this advisory lock to
+# migrate, so two processes starting at once apply each migration once.
+MIGRATION_LOCK = 0x52524D4947524154  # "RRMIGRAT"
+WRITE_ATTEMPTS = 6
+UNIQUE_ATTEMPTS = 2
+DRIVER_OPTIONS = {"pool_min": 1, "pool_max": 10, "statement_timeout_ms": 15000}
+
+_COUNT = re.compile(r"(\d+)\s*$")
+
+
+@lru_cache(maxsize=4096)
+def to_dollar_params(sql: str) -> str:
+    """Rewrite `?` placeholders to `$1..$n`, leaving `?` inside string
+    literals, quoted identifiers and comments alone."""
+    out: list[str] = []
+    n = 0
+    i = 0
+    length = len(sql)
+    while i < length:
+        ch = sql[i]
+        if ch in ("'", '"'):
+            end = i + 1
+            while end < length:
+                if sql[end] == ch:
+                    if end + 1 < length and sql[end + 1] == ch:  # doubled quote inside the literal
+                        end += 2
+                        continue
+                    break
+                end += 1
+            out.append(sql[i : end + 1])
+            i = end + 1
+        elif ch == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            end = length if end < 0 else end
+            out.append(sql[i:end])
+            i = end
+        elif ch == "/" and sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            end = length if end < 0 else end + 2
+            out.append(sql[i:end])
+            i = end
+        elif ch == "?":
+            n += 1
+            out.append(f"${n}")
+            i += 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def affected_rows(status: str) -> int:
+    """The row count of an asyncpg status string ("INSERT 0 1", "UPDATE 3")."""
+    match = _COUNT.search(status or "")
+    return int(match.group(1)) if match else 0
+
+
+def _plain(value: Any) -> Any:
+    # SUM/AVG answer NUMERIC on PostgreSQL; the core (and JSON) wants the
+    # int or float SQLite would have given.
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
+
+
+def _args(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    # PostgreSQL text cannot hold U+0000, which SQLite stores.  Validation
+    # refuses it in entries; free text that is only recorded (a recall's
+    # query) keeps a visible replacement rather than failing the request.
+    if any(isinstance(a, str) and "\x00" in a for a in args):
+        return tuple(a.replace("\x00", "\ufffd") if isinstance(a, str) else a for a in args)
+    return args
+
+
+def _row(record: Any) -> dict[str, Any]:
+    return {key: _plain(value) for key, value in record.items()}
+
+
+def split_url(url: str) -> tuple[str, dict[str, int]]:
+    """Separate this driver's options from the URL asyncpg connects with."""
+    parts = urlparse(url)
+    options = dict(DRIVER_OPTIONS)
+    kept: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in options:
+            try:
+                options[key] = int(value)
+            except ValueError:
+                raise ValueError(f"database URL option {key}={value!r} must be an integer") from None
+        else:
+            kept.append((key, value))
+    if options["pool_min"] < 0 or options["pool_max"] < 1 or options["pool_min"] > options["pool_max"]:
+        raise ValueError("database URL options need 0 <= pool_min <= pool_max and pool_max >= 1")
+    scheme = "postgresql" if parts.scheme == "postgres" else parts.scheme
+    return urlunparse(parts._replace(scheme=scheme, query=urlencode(kept))), options
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for log lines and errors."""
+    parts = urlparse(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    user = parts.username or ""
+    return urlunparse(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+async def _keep_session(conn: Any) -> None:
+    return None
+
+
+class PostgresTx:
+    dialect = "postgres"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    async def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
+        record = await self._conn.fetchrow(to_dollar_params(sql), *_args(args))
+        return _row(record) if record is not None else None
+
+    async def all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
+        return [_row(r) for r in await self._conn.fetch(to_dollar_params(sql), *_args(args))]
+
+    async def run(self, sql: str, *args: Any) -> int:
+        return affected_rows(await self._conn.execute(to_dollar_params(sql), *_args(args)))
+
+    async def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        if rows:
+            await self._conn.executemany(to_dollar_params(sql), [_args(row) for row in rows])
+
+
+class PostgresDriver:
+    dialect = "postgres"
+
+    def __init__(self, url: str) -> None:
+        self._dsn, self._options = split_url(url)
+        self.url = redact(self._dsn)
+        self._pool: Any = None
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def open(self) -> None:
+        import asyncpg
+
+        timeout_ms = self._options["statement_timeout_ms"]
+        try:
+            self._pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=self._options["pool_min"],
+                max_size=self._options["pool_max"],
+                command_timeout=timeout_ms / 1000 + 5,
+                # Units change no session state (no SET, LISTEN or session
+                # locks; the migration runs on a connection of its own), so
+                # the pool's reset query on every release is a round trip
+                # for nothing.  asyncpg still rolls back an open transaction.
+                reset=_keep_session,
+                server_settings={
+                    "statement_timeout": str(timeout_ms),
+                    # A unit awaits only its queries; a transaction idle this
+                    # long belongs to a process that hung, so free its locks.
+                    "idle_in_transaction_session_timeout": str(max(60000, 4 * timeout_ms)),
+                    "application_name": "relayroom-gateway",
+                },
+            )
+        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+            raise Unavailable(
+                f"cannot connect to PostgreSQL at {self.url}: {type(exc).__name__}: {exc}",
+                code="store_unavailable",
+                retry_after=5,
+            ) from None
+        try:
+            conn = await asyncpg.connect(self._dsn, timeout=30)
+            try:
+                await self._migrate(conn)
+            finally:
+                await conn.close()
+        except BaseException:
+            await self._pool.close()
+            self._pool = None
+            raise
+
+    async def _migrate(self, conn: Any) -> None:
+        await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
+        try:
+            async with conn.transaction():
+                await conn.execute(expand(MIGRATIONS[0][1][0], self.dialect))  # the meta table
+                current = int(await conn.fetchval("SELECT value FROM meta WHERE key = 'schema_version'") or 0)
+                if current > LATEST_VERSION:
+                    raise RuntimeError(
+                        f"the database schema is version {current}, newer than this gateway ({LATEST_VERSION}); "
+                        "upgrade the gateway"
+                    )
+                for version, statements in MIGRATIONS:
+                    if version <= current:
+                        continue
+                    for sql in statements:
+                        await conn.execute(expand(sql, self.dialect))
+                    await self._meta_set(conn, "schema_version", str(version))
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+
+    @staticmethod
+    async def _meta_set(conn: Any, key: str, value: str) -> None:
+        await conn.execute(
+            "INSERT INTO meta(key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            key,
+            value,
+        )
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), 10)
+            except asyncio.TimeoutError:
+                pool.terminate()
+
+    async def ping(self) -> bool:
+        try:
+            async with self._acquire(timeout=2) as conn:
+                return await conn.fetchval("SELECT 1") == 1
+        except Exception:  # readiness reports the failure; it never raises
+            return False
+
+    # -- units ------------------------------------------------------------------
+
+    async def write(self, unit: Unit[T], *, durable: bool = True) -> T:
+        """Run `unit` in one transaction, again from the start after a
+        deadlock or serialization failure.  durable=False (telemetry such as
+        a recall record) commits without waiting for the WAL flush
+        (`synchronous_commit = off` for that transaction only)."""
+        import asyncpg
+
+        from gateway.store.queries import Queries
+
+        retryable = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
+        attempt = 0
+        unique_failures = 0
+        while True:
+            attempt += 1
+            try:
+                async with self._acquire() as conn:
+                    async with conn.transaction():
+                        if not durable:
+                            await conn.execute("SET LOCAL synchronous_commit TO OFF")
+                        return await unit(Queries(PostgresTx(conn)))
+            except retryable as exc:
+                if attempt >= WRITE_ATTEMPTS:
+                    raise Unavailable(
+                        "the store is busy with conflicting writes; retry shortly", code="store_busy", retry_after=1
+                    ) from None
+                log.debug("write unit retried after %s (attempt %d)", exc.sqlstate, attempt)
+            except asyncpg.UniqueViolationError as exc:
+                unique_failures += 1
+                if unique_failures >= UNIQUE_ATTEMPTS or attempt >= WRITE_ATTEMPTS:
+                    log.info("write refused: %s", exc.constraint_name)
+                    raise Conflict(
+                        "a concurrent request wrote the same record; reload and retry", code="write_conflict"
+                    ) from None
+            except (asyncpg.QueryCanceledError, asyncio.TimeoutError):
+                raise Unavailable("the store took too long to answer; retry", code="store_timeout", retry_after=1) from None
+            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+                log.warning("store connection failed during a write: %s", type(exc).__name__)
+                raise Unavailable("the store is unavailable; retry shortly", code="store_unavailable", retry_after=1) from None
+            # Jitter, so that two processes that collided do not collide again.
+            await asyncio.sleep(random.uniform(0.002, 0.01) * attempt)
+
+    async def read(self, unit: Unit[T]) -> T:
+        import asyncpg
+
+        from gateway.store.queries import Queries
+
+        try:
+            async with self._acquire() as conn:
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    return await unit(Queries(PostgresTx(conn)))
+        except (asyncpg.QueryCanceledError, asyncio.TimeoutError):
+            raise Unavailable("the store took too long to answer; retry", code="store_timeout", retry_after=1) from None
+        except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+            log.warning("store connection failed during a read: %s", type(exc).__name__)
+            raise Unavailable("the store is unavailable; retry shortly", code="store_unavailable", retry_after=1) from None
+
+    @contextlib.asynccontextmanager
+    async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
+        if self._pool is None:
+            raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
+        try:
+            conn = await self._pool.acquire(timeout=timeout)
+        except asyncio.TimeoutError:
+            raise Unavailable(
+                "every store connection is busy; retry shortly", code="store_busy", retry_after=1
+            ) from None
+        try:
+            yield conn
+        finally:
+            await self._pool.release(conn)
