@@ -11,7 +11,7 @@ synthetic statements drawn from a Zipf-distributed vocabulary, so the build
 stays bounded in time.  Two figures per size:
 
 - `search`: the index lookup and the entries' rows (what ranking costs);
-- `recall`: the whole core call, including the durable record of the recall
+- `recall`: the whole core call, including the record of the recall
   (`recalls` + `recall_results`, one group-committed write).
 
 Targets (issue 4): p50 <= 3 ms at 10k inside the 1M hub, <= 5 ms at 100k.
