@@ -25,6 +25,8 @@ MAX_EVIDENCE = 8000
 MAX_EVENT_TYPE = 100
 MAX_TTL_DAYS = 36500.0
 MAX_PAGE = 200
+# Standard Webhooks refuse timestamps older than 5 minutes; ids are kept twice that.
+REPLAY_TOLERANCE_SECONDS = 300
 
 
 def require(principal: Principal, level: str, action: str) -> None:
@@ -378,7 +380,9 @@ class Knowledge:
     # -- expiry ---------------------------------------------------------------
 
     async def sweep(self) -> int:
-        """Write down `retired` for every entry whose expiry has passed."""
+        """Write down `retired` for every entry whose expiry has passed, and
+        drop replay records that can no longer matter.  Returns how many
+        entries were retired."""
         total = 0
         while True:
             now = self.clock.now()
@@ -394,7 +398,10 @@ class Knowledge:
             done = await self.driver.write(unit)
             total += done
             if done == 0:
-                return total
+                break
+        now = self.clock.now()
+        await self.driver.write(lambda q: q.prune_replay_records(now, now - 2 * REPLAY_TOLERANCE_SECONDS))
+        return total
 
     # -- helpers --------------------------------------------------------------
 

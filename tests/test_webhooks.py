@@ -157,3 +157,21 @@ async def test_webhooks_accept_bodies_up_to_1_mib_and_refuse_more(client: Any, h
     headers.update({"webhook-id": "m3", "webhook-signature": sig.standard_sign(KEY, "m3", now, bad_body)})
     invalid = await client.post("/v1/webhooks/canary", content=bad_body, headers=headers)
     assert invalid.status_code == 422 and invalid.json()["error"]["code"] == "invalid_check"
+
+
+async def test_sweep_forgets_only_what_can_no_longer_be_replayed(hub: Any) -> None:
+    now = hub.clock.now()
+
+    async def seed(q: Any) -> None:
+        assert await q.reserve_jti("https://ci.example", "old", now - 1, now - 100)
+        assert await q.reserve_jti("https://ci.example", "live", now + 600, now)
+        assert await q.reserve_delivery("webhook:canary:acme", "webhook-id:old", now - 3600)
+        assert await q.reserve_delivery("webhook:canary:acme", "webhook-id:new", now)
+        assert await q.reserve_delivery("oidc:gh:acme", "run:1:1", now - 10 * 86400)
+
+    await hub.driver.write(seed)
+    await hub.knowledge.sweep()
+    rows = await hub.driver.read(lambda q: q.tx.all("SELECT jti FROM seen_tokens ORDER BY jti"))
+    assert [r["jti"] for r in rows] == ["live"]
+    keys = await hub.driver.read(lambda q: q.tx.all("SELECT delivery_key FROM webhook_deliveries ORDER BY delivery_key"))
+    assert [r["delivery_key"] for r in keys] == ["run:1:1", "webhook-id:new"]

@@ -613,6 +613,17 @@ class Queries:
             )
         )
 
+    async def prune_replay_records(self, now: float, webhook_id_before: float) -> int:
+        """Forget what can no longer be replayed: tokens past their
+        acceptance window, and Standard Webhooks ids older than the timestamp
+        tolerance (a replay that old is refused as stale anyway).  GitHub's
+        run keys are kept: its deliveries carry no signed timestamp."""
+        tokens = await self.tx.run("DELETE FROM seen_tokens WHERE expires_at <= ?", now)
+        ids = await self.tx.run(
+            "DELETE FROM webhook_deliveries WHERE delivery_key LIKE 'webhook-id:%' AND at < ?", webhook_id_before
+        )
+        return tokens + ids
+
     async def reserve_delivery(self, source: str, key: str, now: float) -> bool:
         return bool(
             await self.tx.run(
