@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +54,31 @@ class SqliteTx:
         self._conn.executemany(sql, rows)
 
 
+def _ensure_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """Switch a new file to WAL.  The switch needs the file to itself and
+    SQLite does not wait for that (processes opening a new file together can
+    see "database is locked"), so retry for up to the busy timeout.  Once
+    switched the mode is kept in the file, and later opens only read it."""
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            if str(mode).lower() == "wal" or conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() == "wal":
+                return
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.02)  # runs on a worker thread at open, never on the event loop
+        if time.monotonic() > deadline:
+            raise sqlite3.OperationalError("could not switch the database to WAL mode")
+
+
 def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
     conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA journal_mode = WAL")
+    _ensure_wal(conn, busy_timeout_ms)
     # FULL: a commit that was answered survives power loss, not only a crash.
     # Group commit amortises the fsync over everyone waiting.
     conn.execute("PRAGMA synchronous = FULL")
