@@ -310,6 +310,14 @@ class PostgresDriver:
             except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
                 log.warning("store connection failed during a write: %s", type(exc).__name__)
                 raise Unavailable("the store is unavailable; retry shortly", code="store_unavailable", retry_after=1) from None
+            except asyncpg.PostgresError as exc:
+                # Resource limits and the like (too many connections, out of
+                # memory, a shutdown): the server's trouble, so a 503 the
+                # client retries.  Anything else is a bug and stays loud.
+                if not _server_trouble(exc):
+                    raise
+                log.error("store error during a write: %s (%s)", type(exc).__name__, getattr(exc, "sqlstate", "?"))
+                raise Unavailable("the store could not complete the write; retry shortly", code="store_error", retry_after=1) from None
             # Jitter, so that two processes that collided do not collide again.
             await asyncio.sleep(random.uniform(0.002, 0.01) * attempt)
 
@@ -327,6 +335,11 @@ class PostgresDriver:
         except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
             log.warning("store connection failed during a read: %s", type(exc).__name__)
             raise Unavailable("the store is unavailable; retry shortly", code="store_unavailable", retry_after=1) from None
+        except asyncpg.PostgresError as exc:
+            if not _server_trouble(exc):
+                raise
+            log.error("store error during a read: %s (%s)", type(exc).__name__, getattr(exc, "sqlstate", "?"))
+            raise Unavailable("the store could not complete the read; retry shortly", code="store_error", retry_after=1) from None
 
     @contextlib.asynccontextmanager
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
@@ -342,3 +355,12 @@ class PostgresDriver:
             yield conn
         finally:
             await self._pool.release(conn)
+
+
+# SQLSTATE classes of the server's own trouble: connection exceptions,
+# insufficient resources, operator intervention, system errors.
+_SERVER_TROUBLE_CLASSES = ("08", "53", "57", "58")
+
+
+def _server_trouble(exc: Exception) -> bool:
+    return str(getattr(exc, "sqlstate", "") or "").startswith(_SERVER_TROUBLE_CLASSES)
