@@ -33,6 +33,7 @@ from gateway.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, U
 from gateway.ids import new_id
 from gateway.model import Support
 from gateway.oidc import workflows
+from gateway.oidc.claims import ref_listed
 from gateway.oidc.token import LEEWAY_SECONDS
 from gateway.oidc.verifier import TokenVerifier
 from gateway.oidc.workflows import WorkflowRef
@@ -373,7 +374,7 @@ def _run_refusal(binding: Binding, payload: dict[str, Any], run: dict[str, Any],
     if event == "pull_request_target" and event not in binding.allow_events:
         return "event_not_allowed: pull_request_target"
     branch = run.get("head_branch")
-    if not isinstance(branch, str) or not binding.refs or ("*" not in binding.refs and f"refs/heads/{branch}" not in binding.refs):
+    if not isinstance(branch, str) or not ref_listed(binding.refs, f"refs/heads/{branch}"):
         return "ref_not_allowed: the binding does not list this branch"
     if binding.workflows is not None and not workflows.names(binding.workflows, workflow, full_name):
         return "workflow_not_allowed: the binding does not list this workflow"

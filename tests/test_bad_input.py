@@ -26,7 +26,8 @@ MALFORMED = [
     ("invalid utf-8", b'{"kind": "\xff"}', "application/json", 400),
     ("form encoded", b"kind=fact&statement=x", "application/x-www-form-urlencoded", 415),
     ("no content type", b'{"kind": "fact"}', "", 415),
-    ("deep nesting", b"[" * 100000 + b"]" * 100000, "application/json", 413),
+    ("deep nesting under the size limit", b"[" * 30000 + b"]" * 30000, "application/json", 400),
+    ("over the size limit", b"[" * 40000 + b"]" * 40000, "application/json", 413),
 ]
 
 

@@ -36,7 +36,7 @@ import random
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from gateway.errors import Conflict, Unavailable
@@ -287,11 +287,12 @@ class PostgresDriver:
         while True:
             attempt += 1
             try:
-                async with self._acquire() as conn:
-                    async with conn.transaction():
-                        if not durable:
-                            await conn.execute("SET LOCAL synchronous_commit TO OFF")
-                        return await unit(Queries(PostgresTx(conn)))
+                with _server_faults("write"):
+                    async with self._acquire() as conn:
+                        async with conn.transaction():
+                            if not durable:
+                                await conn.execute("SET LOCAL synchronous_commit TO OFF")
+                            return await unit(Queries(PostgresTx(conn)))
             except retryable as exc:
                 if attempt >= WRITE_ATTEMPTS:
                     raise Unavailable(
@@ -305,41 +306,16 @@ class PostgresDriver:
                     raise Conflict(
                         "a concurrent request wrote the same record; reload and retry", code="write_conflict"
                     ) from None
-            except (asyncpg.QueryCanceledError, asyncio.TimeoutError):
-                raise Unavailable("the store took too long to answer; retry", code="store_timeout", retry_after=1) from None
-            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
-                log.warning("store connection failed during a write: %s", type(exc).__name__)
-                raise Unavailable("the store is unavailable; retry shortly", code="store_unavailable", retry_after=1) from None
-            except asyncpg.PostgresError as exc:
-                # Resource limits and the like (too many connections, out of
-                # memory, a shutdown): the server's trouble, so a 503 the
-                # client retries.  Anything else is a bug and stays loud.
-                if not _server_trouble(exc):
-                    raise
-                log.error("store error during a write: %s (%s)", type(exc).__name__, getattr(exc, "sqlstate", "?"))
-                raise Unavailable("the store could not complete the write; retry shortly", code="store_error", retry_after=1) from None
             # Jitter, so that two processes that collided do not collide again.
             await asyncio.sleep(random.uniform(0.002, 0.01) * attempt)
 
     async def read(self, unit: Unit[T]) -> T:
-        import asyncpg
-
         from gateway.store.queries import Queries
 
-        try:
+        with _server_faults("read"):
             async with self._acquire() as conn:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
                     return await unit(Queries(PostgresTx(conn)))
-        except (asyncpg.QueryCanceledError, asyncio.TimeoutError):
-            raise Unavailable("the store took too long to answer; retry", code="store_timeout", retry_after=1) from None
-        except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
-            log.warning("store connection failed during a read: %s", type(exc).__name__)
-            raise Unavailable("the store is unavailable; retry shortly", code="store_unavailable", retry_after=1) from None
-        except asyncpg.PostgresError as exc:
-            if not _server_trouble(exc):
-                raise
-            log.error("store error during a read: %s (%s)", type(exc).__name__, getattr(exc, "sqlstate", "?"))
-            raise Unavailable("the store could not complete the read; retry shortly", code="store_error", retry_after=1) from None
 
     @contextlib.asynccontextmanager
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
@@ -364,3 +340,26 @@ _SERVER_TROUBLE_CLASSES = ("08", "53", "57", "58")
 
 def _server_trouble(exc: Exception) -> bool:
     return str(getattr(exc, "sqlstate", "") or "").startswith(_SERVER_TROUBLE_CLASSES)
+
+
+@contextlib.contextmanager
+def _server_faults(operation: str) -> Iterator[None]:
+    """Turn the server's own trouble into a 503 the client retries: a slow
+    statement, a lost connection, resource limits or a shutdown.  Anything
+    else (a conflict the caller handles, a bug) passes through untouched."""
+    import asyncpg
+
+    try:
+        yield
+    except (asyncpg.QueryCanceledError, asyncio.TimeoutError):
+        raise Unavailable("the store took too long to answer; retry", code="store_timeout", retry_after=1) from None
+    except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+        log.warning("store connection failed during a %s: %s", operation, type(exc).__name__)
+        raise Unavailable("the store is unavailable; retry shortly", code="store_unavailable", retry_after=1) from None
+    except asyncpg.PostgresError as exc:
+        if not _server_trouble(exc):
+            raise
+        log.error("store error during a %s: %s (%s)", operation, type(exc).__name__, exc.sqlstate)
+        raise Unavailable(
+            f"the store could not complete the {operation}; retry shortly", code="store_error", retry_after=1
+        ) from None

@@ -20,6 +20,12 @@ def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
+def _where(*conditions: tuple[str, Any]) -> tuple[str, list[Any]]:
+    """AND together the conditions whose value is given (not None)."""
+    kept = [(sql, value) for sql, value in conditions if value is not None]
+    return " AND ".join(sql for sql, _ in kept), [value for _, value in kept]
+
+
 def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
@@ -190,10 +196,12 @@ class Queries:
     # -- entries ------------------------------------------------------------
 
     async def insert_entry(self, entry: Entry, norm_statement: str) -> Entry:
-        await self.tx.run(
+        """Store a new entry and return it with its sequence number.  A new
+        entry has no supports or contradictions, so nothing is read back."""
+        row = await self.tx.one(
             "INSERT INTO entries (id, project_id, kind, statement, evidence, norm_statement, state, created_at, "
             "created_by, created_via, expires_at, promoted_at, promoted_by, provenance) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
             entry.id,
             entry.project_id,
             entry.kind,
@@ -209,9 +217,9 @@ class Queries:
             entry.promoted_by,
             _dump(entry.provenance),
         )
-        stored = await self.entry(entry.project_id, entry.id)
-        assert stored is not None
-        return stored
+        assert row is not None
+        entry.seq = int(row["seq"])
+        return entry
 
     async def entry(self, project_id: int, entry_id: str, *, for_update: bool = False) -> Entry | None:
         sql = (
@@ -462,19 +470,10 @@ class Queries:
         before_id: int | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]:
-        where = ["project_id = ?"]
-        args: list[Any] = [project_id]
-        if entry_id is not None:
-            where.append("entry_id = ?")
-            args.append(entry_id)
-        if action is not None:
-            where.append("action = ?")
-            args.append(action)
-        if before_id is not None:
-            where.append("id < ?")
-            args.append(before_id)
+        where, args = _where(("project_id = ?", project_id), ("entry_id = ?", entry_id), ("action = ?", action),
+                             ("id < ?", before_id))
         rows = await self.tx.all(
-            f"SELECT id, at, action, entry_id, actor, detail FROM audit WHERE {' AND '.join(where)} "
+            f"SELECT id, at, action, entry_id, actor, detail FROM audit WHERE {where} "
             "ORDER BY id DESC LIMIT ?",
             *args,
             limit,
@@ -540,8 +539,9 @@ class Queries:
         results: list[tuple[Entry, float]],
         now: float,
     ) -> None:
-        await self.tx.run(
-            "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        row = await self.tx.one(
+            "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
             recall_id,
             project_id,
             principal,
@@ -551,9 +551,8 @@ class Queries:
             len(results),
             now,
         )
+        assert row is not None
         if results:
-            row = await self.tx.one("SELECT seq FROM recalls WHERE id = ?", recall_id)
-            assert row is not None
             await self.tx.run_many(
                 "INSERT INTO recall_results (recall_seq, entry_seq, rank, score) VALUES (?, ?, ?, ?)",
                 [(row["seq"], entry.seq, rank, score) for rank, (entry, score) in enumerate(results)],
@@ -712,17 +711,8 @@ class Queries:
     async def list_proposals(
         self, project_id: int, *, state: str | None = None, before_seq: int | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
-        where = ["project_id = ?"]
-        args: list[Any] = [project_id]
-        if state is not None:
-            where.append("state = ?")
-            args.append(state)
-        if before_seq is not None:
-            where.append("seq < ?")
-            args.append(before_seq)
-        return await self.tx.all(
-            f"SELECT * FROM proposals WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?", *args, limit
-        )
+        where, args = _where(("project_id = ?", project_id), ("state = ?", state), ("seq < ?", before_seq))
+        return await self.tx.all(f"SELECT * FROM proposals WHERE {where} ORDER BY seq DESC LIMIT ?", *args, limit)
 
     async def count_proposals(self, project_id: int) -> dict[str, int]:
         rows = await self.tx.all(
@@ -915,17 +905,10 @@ class Queries:
         self, project_id: int, *, check: str | None = None, before_seq: int | None = None, limit: int = 100
     ) -> list[dict[str, Any]]:
         """Newest first: what CI said, counted or not."""
-        where = ["project_id = ?"]
-        args: list[Any] = [project_id]
-        if check is not None:
-            where.append("check_name = ?")
-            args.append(check)
-        if before_seq is not None:
-            where.append("seq < ?")
-            args.append(before_seq)
+        where, args = _where(("project_id = ?", project_id), ("check_name = ?", check), ("seq < ?", before_seq))
         rows = await self.tx.all(
             "SELECT seq, id, issuer, check_name, outcome, counted, reason, provenance, run_url, at FROM attestations "
-            f"WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+            f"WHERE {where} ORDER BY seq DESC LIMIT ?",
             *args,
             limit,
         )

@@ -202,16 +202,19 @@ async def entry_page(request: Request) -> Response:
     return page("entry.html", ctx)
 
 
+async def _entry_post(request: Request) -> tuple[Any, dict[str, str], str, str]:
+    """An owner's form post on one entry: (session, fields, entry id, where to go back)."""
+    session, fields = await owner_post(request)
+    slug = session.principal.project.slug
+    back = safe_back(fields.get("back"), slug, f"/projects/{slug}/knowledge")
+    return session, fields, request.path_params["entry_id"], back
+
+
 @view
 async def confirm(request: Request) -> Response:
-    hub = _hub(request)
-    session, fields = await owner_post(request)
-    principal = session.principal
-    entry_id = request.path_params["entry_id"]
-    slug = principal.project.slug
-    back = safe_back(fields.get("back"), slug, f"/projects/{slug}/knowledge")
+    session, _, entry_id, back = await _entry_post(request)
     try:
-        await hub.knowledge.confirm(principal, entry_id)
+        await _hub(request).knowledge.confirm(session.principal, entry_id)
     except Conflict as exc:
         return await _confirm_refused(request, session, entry_id, exc, back)
     return redirect(with_notice(back, "confirmed", entry_id))
@@ -240,14 +243,9 @@ async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: G
 
 @view
 async def refute(request: Request) -> Response:
-    hub = _hub(request)
-    session, fields = await owner_post(request)
-    principal = session.principal
-    entry_id = request.path_params["entry_id"]
-    slug = principal.project.slug
-    back = safe_back(fields.get("back"), slug, f"/projects/{slug}/knowledge")
+    session, fields, entry_id, back = await _entry_post(request)
     reason = " ".join(fields.get("reason", "").split()) or DEFAULT_REFUTE_REASON
-    await hub.knowledge.refute(principal, entry_id, reason)
+    await _hub(request).knowledge.refute(session.principal, entry_id, reason)
     return redirect(with_notice(back, "refuted", entry_id))
 
 
