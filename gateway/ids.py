@@ -8,12 +8,12 @@ import time
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 
 
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> two characters
+
+
 def _b32(value: int, length: int) -> str:
-    out = []
-    for _ in range(length):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    """`length` (even) base32 characters of `value`, most significant first."""
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(5 * length - 10, -1, -10)])
 
 
 def new_id(prefix: str) -> str:

@@ -18,6 +18,7 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
+from jwt.api_jws import PyJWS
 
 from gateway import webhook_signatures as sig
 from tests.attest_fixtures import checkmap, counts, github_binding, gitlab_binding, learn, write_map
@@ -54,6 +55,14 @@ class Ctx:
 
     def gh_token(self, **overrides: Any) -> str:
         return self.gh.github_token(self.now, **overrides)
+
+    def raw_exp_token(self, exp_text: str) -> str:
+        """A correctly signed GitHub token whose payload writes exp as `exp_text`, verbatim."""
+        claims = self.gh.github_claims(self.now)
+        claims["exp"] = "@EXP@"
+        payload = json.dumps(claims).replace('"@EXP@"', exp_text).encode()
+        key = self.gh.key("RS256")
+        return PyJWS().encode(payload, key.private, algorithm="RS256", headers={"kid": key.kid})
 
     async def github_hook(self, payload: dict[str, Any], *, event: str = "workflow_run", secret: str = GH_SECRET,
                           signature: str | None = None, delivery: str = "d-1", raw: bytes | None = None) -> httpx.Response:
@@ -218,7 +227,9 @@ CASES = [
     Case("nbf beyond the leeway", lambda c: c.attest(c.gh_token(nbf=int(c.now) + 120)), 401, "token_not_yet_valid"),
     Case("iat beyond the leeway", lambda c: c.attest(c.gh_token(iat=int(c.now) + 120)), 401, "token_not_yet_valid"),
     Case("exp is a word", lambda c: c.attest(c.gh_token(exp="soon")), 401, "invalid_claim"),
-    Case("exp is infinite", lambda c: c.attest(c.gh_token(exp=float("inf"))), 401, "invalid_claim"),
+    # PyJWT writes float("inf") as `Infinity`, which is not JSON (RFC 8259): refused as malformed.
+    Case("exp is infinite", lambda c: c.attest(c.gh_token(exp=float("inf"))), 401, "malformed_token"),
+    Case("exp is 1e400 (a JSON number past any float)", lambda c: c.attest(c.raw_exp_token("1e400")), 401, "malformed_token"),
     Case("exp is true", lambda c: c.attest(c.gh_token(exp=True)), 401, "invalid_claim"),
     Case("no jti", lambda c: c.attest(c.gh_token(jti=None)), 401, "missing_claim"),
     Case("no repository_id claim", lambda c: c.attest(c.gh_token(repository_id=None)), 401, "missing_claim"),

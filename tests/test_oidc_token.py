@@ -47,6 +47,38 @@ def test_the_regex_segment_check_agrees_with_pyjwt_on_random_input(segment: byte
     assert outcome(jwt_token._RegexSegmentJWS._decode_base64url_segment) == outcome(PyJWS._decode_base64url_segment)
 
 
+def _reference_segment(segment: str) -> bytes | None:
+    """What `peek` must accept, written plainly: the base64url alphabet only,
+    no padding, a length base64 can have, and canonical (re-encodes to itself)."""
+    import base64
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", segment) or len(segment) % 4 == 1:
+        return None
+    raw = base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+    return raw if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() == segment else None
+
+
+def _peek_segment(segment: str) -> bytes | None:
+    try:
+        return jwt_token._segment_bytes(segment, "payload")
+    except Unauthorized as refused:
+        assert refused.code == "malformed_token"
+        return None
+
+
+@pytest.mark.parametrize("segment", [s.decode("latin-1") for s in SEGMENTS] + ["QQ", "QR", "QQ=", "QUI", "QUJ", "QUI=", "Q Q", "\u0661\u0662"])
+def test_peek_segments_are_strict_base64url(segment: str) -> None:
+    assert _peek_segment(segment) == _reference_segment(segment)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=40).map(lambda b: __import__("base64").urlsafe_b64encode(b).decode().rstrip("="))
+       | st.text(alphabet="ABCDQRSTabcz0189-_+/= \n\u00e9", max_size=12))
+def test_peek_segments_agree_with_the_plain_reference(segment: str) -> None:
+    assert _peek_segment(segment) == _reference_segment(segment)
+
+
 @pytest.fixture(scope="module")
 def running_issuer() -> Any:
     with OidcIssuer() as issuer:

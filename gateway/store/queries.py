@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
+from gateway import jsonio
 from gateway.clock import HOUR
 from gateway.model import ContradictionRecord, Entry, Project, ProjectSettings, Support
 from gateway.store.base import Tx
@@ -17,7 +18,7 @@ from gateway.store.search_index import index_for
 
 
 def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return None if value is None else jsonio.dumps_text(value, sort_keys=True)
 
 
 def _where(*conditions: tuple[str, Any]) -> tuple[str, list[Any]]:

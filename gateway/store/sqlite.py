@@ -161,8 +161,10 @@ class SqliteDriver:
         if self._queue is None or self._stopped:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        await self._queue.put((unit, future, durable))
-        return await asyncio.shield(future)
+        self._queue.put_nowait((unit, future, durable))
+        # A caller cancelled while waiting cancels only its future: the unit
+        # still runs in its group, and the writer skips answering it.
+        return await future
 
     async def read(self, unit: Unit[T]) -> T:
         from gateway.store.queries import Queries

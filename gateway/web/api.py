@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.clock import parse_rfc3339, to_rfc3339
 from gateway.errors import Invalid
 from gateway.knowledge import decode_cursor, encode_cursor, require
 from gateway.web.inputs import json_body, principal_for, query_int, query_str
+from gateway.web.responses import JSONResponse
 
 
 def _hub(request: Request) -> Any:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.attestations import AttestationIntake, read_statement
@@ -25,6 +25,7 @@ from gateway.oidc.fetch import JsonFetcher
 from gateway.oidc.keys import KeyCache
 from gateway.oidc.verifier import TokenVerifier
 from gateway.web.inputs import API_BODY_LIMIT, WEBHOOK_BODY_LIMIT, bearer, json_body, raw_body
+from gateway.web.responses import JSONResponse
 
 
 def _intake(request: Request) -> AttestationIntake:

@@ -6,10 +6,11 @@ import logging
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 
 from gateway.errors import GatewayError
+from gateway.web.responses import JSONResponse
 
 log = logging.getLogger("relayroom.web")
 
@@ -58,6 +59,15 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
 
 
+async def on_client_disconnect(request: Request, exc: Exception) -> Response:
+    # The client hung up, or was cut off by the body timeout of
+    # gateway/web/http_limits.py, before its body arrived: nobody is left to
+    # read an answer and the gateway did nothing wrong, so no traceback.  The
+    # status (nginx's 499, "client closed request") is for the access log and
+    # the metrics only; uvicorn drops the response.
+    return error_response(499, "client_closed_request", "the client closed the connection before its request arrived")
+
+
 async def on_unexpected(request: Request, exc: Exception) -> Response:
     # Never the exception's text: it may hold a query or a secret.
     log.exception("unexpected error on %s %s", request.method, request.url.path)
@@ -67,5 +77,6 @@ async def on_unexpected(request: Request, exc: Exception) -> Response:
 EXCEPTION_HANDLERS = {
     GatewayError: on_gateway_error,
     HTTPException: on_http_exception,
+    ClientDisconnect: on_client_disconnect,
     Exception: on_unexpected,
 }

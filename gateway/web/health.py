@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
+
+from gateway.web.responses import JSONResponse
 
 
 async def healthz(request: Request) -> Response:

@@ -14,11 +14,12 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, Response
 
 from gateway.clock import to_date, to_rfc3339
 from gateway.errors import GatewayError
 from gateway.web.errors import gateway_error_response
+from gateway.web.responses import JSONResponse
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"

@@ -3,11 +3,11 @@ and query parameters, each refused with the contract's code when wrong."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Iterable
 
 from starlette.requests import Request
 
+from gateway import jsonio
 from gateway.errors import BadRequest, Invalid, NotFound, PayloadTooLarge, Unauthorized, UnsupportedMedia
 from gateway.model import Principal
 
@@ -72,8 +72,8 @@ async def json_body(
     if not _is_json(request.headers.get("content-type", "")):
         raise UnsupportedMedia("send a JSON body with Content-Type: application/json", code="unsupported_media_type")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        body = jsonio.loads(raw)
+    except ValueError:  # orjson's error is one: malformed, NaN, a lone surrogate, not UTF-8, too deep
         raise BadRequest("the body is not valid JSON", code="malformed_json") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object", code="malformed_json")

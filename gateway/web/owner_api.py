@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.knowledge import require
@@ -14,6 +14,7 @@ from gateway.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.proposals import proposals_for
 from gateway.threads import Threads
 from gateway.web.inputs import json_body, principal_for, query_int, query_str
+from gateway.web.responses import JSONResponse
 
 
 def _hub(request: Request) -> Any:
