@@ -321,6 +321,17 @@ def test_deep_nesting_is_a_problem_not_a_crash(depth: int) -> None:
         assert checkmap is None and problems[0].line == 2 and "nested more than" in problems[0].message
 
 
+@pytest.mark.parametrize("depth", [33, 200, 600])
+@pytest.mark.parametrize("item", ["k{n}:", "-"])
+def test_deep_block_nesting_is_a_problem_not_a_crash(depth: int, item: str) -> None:
+    # Indented one space a level: the deepest of these is still under the size cap.
+    text = "project: acme\nx:\n" + "".join(" " * n + item.format(n=n) + "\n" for n in range(1, depth + 1))
+    text += " " * (depth + 1) + "1\n"
+    checkmap, problems = validate_text(text, "deep.yaml")
+    assert checkmap is None and "nested more than 32 levels deep" in problems[0].message
+    assert 3 <= problems[0].line <= depth + 3, problems[0]  # inside the nesting, not line 1
+
+
 def test_a_file_the_validator_cannot_handle_is_reported_and_the_last_good_version_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,11 +5,16 @@ network path is what is under test.
   a head over 128 KiB, a head that never finishes: each answered in the
   contract's error body by a real `relayroom serve` (uvicorn with httptools),
   and an endless header does not grow the server's memory.
-- Bodies: over 64 KiB, declared or streamed: 413 before the body is read.
+- Bodies: over 64 KiB, declared or streamed: 413 before the body is read; a
+  body that does not arrive in time after its head: 408 (uvicorn with the
+  gateway's protocol and a short timeout), and the gateway takes the cut-off
+  as a client that went away, not as its own error.
 - OIDC issuers: a discovery or JWKS fetch that hangs, or answers megabytes,
   costs at most the fetch timeout and the size cap, and the CI job is told
   to retry (503 `jwks_unavailable` with Retry-After).
-- Check map files: one over the size cap is reported and not loaded.
+- Check maps: a file over the size cap, a folder over the file cap, a file
+  over the binding, check or supported-id cap: reported (FILE:LINE, /readyz,
+  `relayroom checkmap check` exits 1) and not loaded.
 
 Query length, page size and the per-principal learn and event budgets are
 held in tests/test_bad_input.py and tests/test_entries_api.py.
@@ -18,7 +23,9 @@ held in tests/test_bad_input.py and tests/test_entries_api.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -31,6 +38,7 @@ import httpx
 import pytest
 import uvicorn
 
+from gateway.checkmaps.model import Problem
 from gateway.clock import SystemClock
 from gateway.config import Config
 from gateway.hub import Hub
@@ -171,33 +179,171 @@ class ShortHeadTimeout(BoundedHttpToolsProtocol):
     head_timeout = 0.5
 
 
-def test_a_head_that_never_finishes_is_timed_out(tmp_path: Path) -> None:
-    async def hello(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b"ok"})
-
+@contextlib.contextmanager
+def serving(app: Any, protocol: type) -> Iterator[int]:
+    """uvicorn with `protocol` on 127.0.0.1 in a thread; yields the port."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(hello, host="127.0.0.1", port=port, http=ShortHeadTimeout,
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=protocol,
                                            log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 10
         while not server.started:
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline and thread.is_alive()
             time.sleep(0.01)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_a_head_that_never_finishes_is_timed_out(tmp_path: Path) -> None:
+    async def hello(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serving(hello, ShortHeadTimeout) as port:
         started = time.monotonic()
         assert_error_body(exchange(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "), 408, "request_timeout")
         assert_error_body(exchange(port, b""), 408, "request_timeout")  # connected, said nothing
         assert time.monotonic() - started < 5
         # A complete request on the same kind of connection is served as usual.
         assert exchange(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200 ")
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 # -- bodies ---------------------------------------------------------------------------------------
+
+
+class ShortBodyTimeout(BoundedHttpToolsProtocol):
+    body_timeout = 0.5
+
+
+async def body_app(scope: Any, receive: Any, send: Any) -> None:
+    """/read reads the whole body and answers its length; /early answers at
+    once and never reads; /late waits past the body timeout, then reads."""
+    if scope["path"] == "/late":
+        await asyncio.sleep(1.0)
+    size = 0
+    while scope["path"] != "/early":
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        size += len(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    answer = str(size).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(answer))]})
+    await send({"type": "http.response.body", "body": answer})
+
+
+@pytest.fixture(scope="module")
+def body_port() -> Iterator[int]:
+    with serving(body_app, ShortBodyTimeout) as port:
+        yield port
+
+
+def post(path: str, *headers: bytes) -> bytes:
+    return b"POST " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One response off a connection that stays open (or b"" if it closed)."""
+    data = b""
+    while not (b"\r\n\r\n" in data and _complete(data)):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_a_body_that_never_finishes_is_timed_out(body_port: int) -> None:
+    started = time.monotonic()
+    answer = exchange(body_port, post("/read", b"Content-Length: 100") + b"x" * 10)
+    assert_error_body(answer, 408, "request_timeout")
+    assert b"body" in answer
+    answer = exchange(body_port, post("/read", b"Transfer-Encoding: chunked") + b"4\r\nxxxx\r\n")  # never the last chunk
+    assert_error_body(answer, 408, "request_timeout")
+    assert time.monotonic() - started < 3
+    # A byte every 50 ms keeps the connection busy but does not move the bound:
+    # it runs from the end of the head, not from the last byte.
+    with socket.create_connection(("127.0.0.1", body_port), timeout=3) as sock:
+        sock.sendall(post("/read", b"Content-Length: 1000"))
+        sock.settimeout(0.05)
+        started, answer = time.monotonic(), b""
+        while not answer and time.monotonic() - started < 3:
+            with contextlib.suppress(OSError):
+                sock.sendall(b"x")
+            with contextlib.suppress(TimeoutError):
+                answer = sock.recv(65536)
+        elapsed = time.monotonic() - started
+    assert_error_body(answer, 408, "request_timeout")
+    assert elapsed < 1.5, f"the dribbled body held the connection {elapsed:.1f} s"
+
+
+def test_a_body_in_time_is_served_and_leaves_no_timer_behind(body_port: int) -> None:
+    with socket.create_connection(("127.0.0.1", body_port), timeout=3) as sock:
+        sock.sendall(post("/read", b"Content-Length: 8") + b"abcd")
+        time.sleep(0.1)
+        sock.sendall(b"efgh")
+        answer = read_response(sock)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n8")
+        time.sleep(0.8)  # past the body timeout: nothing of the first request may fire now
+        sock.sendall(post("/read", b"Content-Length: 2") + b"ok")
+        answer = read_response(sock)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n2")
+
+
+def test_the_clock_stops_while_the_server_owes_a_100_continue(body_port: int) -> None:
+    with socket.create_connection(("127.0.0.1", body_port), timeout=3) as sock:
+        sock.sendall(post("/late", b"Content-Length: 4", b"Expect: 100-continue"))
+        interim = b""
+        while b"\r\n\r\n" not in interim:
+            interim += sock.recv(65536)
+        assert interim.startswith(b"HTTP/1.1 100 "), interim  # a second after the head, past the timeout
+        sock.sendall(b"abcd")
+        answer = interim.partition(b"\r\n\r\n")[2] + read_response(sock)
+        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"\r\n\r\n4")
+
+
+def test_a_body_still_arriving_after_the_answer_is_cut_off(body_port: int) -> None:
+    with socket.create_connection(("127.0.0.1", body_port), timeout=3) as sock:
+        sock.sendall(post("/early", b"Content-Length: 100") + b"x")
+        answer = read_response(sock)
+        assert answer.startswith(b"HTTP/1.1 200 ")
+        started = time.monotonic()
+        assert sock.recv(65536) == b""  # closed, with nothing more said
+        assert time.monotonic() - started < 1.5
+
+
+async def test_a_body_cut_off_is_a_client_gone_not_a_gateway_error(
+    app: Any, hub: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the app sees when the protocol cuts a slow body off: receive()
+    answers http.disconnect.  No traceback, no 500 in the metrics."""
+    tokens = await make_project(hub, "acme")
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+        "path": "/v1/projects/acme/entries", "raw_path": b"/v1/projects/acme/entries", "query_string": b"",
+        "root_path": "", "server": ("127.0.0.1", 8750), "client": ("127.0.0.1", 5000),
+        "headers": [(b"host", b"127.0.0.1:8750"), (b"content-type", b"application/json"), (b"content-length", b"100"),
+                    (b"authorization", f"Bearer {tokens.writer}".encode())],
+    }
+    events = iter([{"type": "http.request", "body": b'{"kind": ', "more_body": True}, {"type": "http.disconnect"}])
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(events)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    with caplog.at_level(logging.INFO):
+        await app(scope, receive, send)
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert sent[0]["status"] == 499  # for the access log and metrics; uvicorn drops it
+    assert b'status="500"' not in hub.metrics.render() and b'status="499"' in hub.metrics.render()
 
 
 def test_bodies_over_64_kib_are_refused_before_they_are_read(served: ServeProcess) -> None:
@@ -308,6 +454,140 @@ async def test_a_check_map_over_the_size_cap_is_reported_and_not_loaded(
     [status] = ready["checkmaps"]
     assert status["file"].endswith("acme.yaml") and status["error"]
     assert "KiB" in status["error"]
+
+
+def small_map(project: str, *, issuers: int = 1, checks: int = 1, supports: int = 1) -> str:
+    """A valid check map of the given size: webhook bindings, checks in flow
+    style one a line, the first check's ids one a line (so each has its line)."""
+    lines = [f"project: {project}", "issuers:"]
+    for n in range(issuers):
+        lines += ["  - provider: webhook", f"    source: canary-{n}", f"    secret_env: CANARY_{n}_SECRET"]
+    lines += ["checks:", "  check-0:", "    supports:"] + [f"      - kn_{n}" for n in range(supports)]
+    lines += [f"  check-{n}: {{supports: [kn_0]}}" for n in range(1, checks)]
+    return "\n".join(lines) + "\n"
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(number for number, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+def test_caps_inside_one_check_map_are_problems_at_their_line(tmp_path: Path) -> None:
+    from gateway.checkmaps.registry import CheckmapRegistry
+    from gateway.checkmaps.validate import MAX_BINDINGS, MAX_CHECKS, MAX_SUPPORTS, validate_text
+    from gateway.clock import ManualClock
+
+    at_the_caps = small_map("acme", issuers=MAX_BINDINGS, checks=MAX_CHECKS, supports=MAX_SUPPORTS)
+    checkmap, problems = validate_text(at_the_caps, "acme.yaml")
+    assert problems == [] and checkmap is not None
+    assert (len(checkmap.bindings), len(checkmap.checks), len(checkmap.checks["check-0"].supports)) == (
+        MAX_BINDINGS, MAX_CHECKS, MAX_SUPPORTS)
+
+    text = small_map("acme", issuers=MAX_BINDINGS + 1)
+    assert validate_text(text, "acme.yaml") == (None, [
+        Problem("acme.yaml", line_of(text, f"source: canary-{MAX_BINDINGS}") - 1,
+                f"issuers lists {MAX_BINDINGS + 1} bindings; a check map holds at most {MAX_BINDINGS} "
+                f"(this is binding {MAX_BINDINGS + 1})")])
+    text = small_map("acme", checks=MAX_CHECKS + 3)
+    assert validate_text(text, "acme.yaml") == (None, [
+        Problem("acme.yaml", line_of(text, f"check-{MAX_CHECKS}:"),
+                f"checks maps {MAX_CHECKS + 3} checks; a check map holds at most {MAX_CHECKS} "
+                f"(this is check {MAX_CHECKS + 1})")])
+    text = small_map("acme", supports=MAX_SUPPORTS + 1)
+    assert validate_text(text, "acme.yaml") == (None, [
+        Problem("acme.yaml", line_of(text, f"- kn_{MAX_SUPPORTS}"),
+                f"check-0: supports lists {MAX_SUPPORTS + 1} entry ids; a check supports at most {MAX_SUPPORTS} "
+                f"(this is id {MAX_SUPPORTS + 1})")])
+
+    # In the registry, a file over a cap is like any broken file: reported,
+    # and its last good version stays in force.
+    (tmp_path / "acme.yaml").write_text(small_map("acme", supports=2))
+    registry = CheckmapRegistry(tmp_path, ManualClock(start=1_800_000_000))
+    registry.reload()
+    (tmp_path / "acme.yaml").write_text(text)
+    assert registry.reload() is True
+    [row] = registry.status()
+    assert "a check supports at most" in row["error"] and row["sha256"] is not None
+    assert registry.snapshot.rule("acme", "check-0").supports == ("kn_0", "kn_1")
+
+    # The editors' schema says the same.
+    schema = json.loads((REPO / "checkmaps" / "checkmap.schema.json").read_text())
+    assert schema["properties"]["issuers"]["maxItems"] == MAX_BINDINGS
+    assert schema["properties"]["checks"]["maxProperties"] == MAX_CHECKS
+    assert schema["$defs"]["check"]["properties"]["supports"]["maxItems"] == MAX_SUPPORTS
+
+
+def test_files_past_the_folder_cap_are_reported_and_not_loaded(tmp_path: Path) -> None:
+    from gateway.checkmaps.registry import MAX_REPORTED_SKIPS, CheckmapRegistry
+    from gateway.clock import ManualClock
+
+    for slug in ("delta", "alpha", "echo", "charlie", "bravo"):
+        (tmp_path / f"{slug}.yaml").write_text(small_map(slug))
+    registry = CheckmapRegistry(tmp_path, ManualClock(start=1_800_000_000), max_files=3)
+    assert registry.reload() is True
+    assert sorted(registry.snapshot.maps) == ["alpha", "bravo", "charlie"]  # the first three by name
+    message = ("not loaded: over the cap of 3 check map files in one folder (5 found; the first 3 by name are "
+               "loaded); remove the maps of projects this gateway does not serve")
+    assert [str(p) for p in registry.problems()] == [f"{tmp_path / name}:1: {message}" for name in ("delta.yaml", "echo.yaml")]
+    rows = {Path(row["file"]).name: row for row in registry.status()}
+    assert rows["delta.yaml"]["error"] == f"{tmp_path / 'delta.yaml'}:1: {message}" and rows["delta.yaml"]["sha256"] is None
+    assert rows["charlie.yaml"]["error"] is None and rows["charlie.yaml"]["sha256"]
+    assert registry.reload() is False  # nothing changed, nothing re-reported
+
+    # A file that sorts first pushes the last loaded one past the cap: its bindings leave force.
+    (tmp_path / "aaron.yaml").write_text(small_map("aaron"))
+    assert registry.reload() is True
+    assert sorted(registry.snapshot.maps) == ["aaron", "alpha", "bravo"]
+    assert [Path(p.file).name for p in registry.problems()] == ["charlie.yaml", "delta.yaml", "echo.yaml"]
+    # Back under the cap: every file is loaded and nothing is reported.
+    for name in ("aaron.yaml", "delta.yaml", "echo.yaml"):
+        (tmp_path / name).unlink()
+    assert registry.reload() is True
+    assert sorted(registry.snapshot.maps) == ["alpha", "bravo", "charlie"] and registry.problems() == []
+
+    # Far past the cap the report stays bounded: the last file named counts the rest.
+    crowded = tmp_path / "crowded"
+    crowded.mkdir()
+    for n in range(1 + MAX_REPORTED_SKIPS + 5):
+        (crowded / f"p{n:04d}.yaml").write_text(small_map(f"p{n:04d}"))
+    registry = CheckmapRegistry(crowded, ManualClock(start=1_800_000_000), max_files=1)
+    registry.reload()
+    problems = registry.problems()
+    assert len(problems) == MAX_REPORTED_SKIPS == len(registry.status()) - 1
+    assert problems[-1].message.endswith("; nor are the 5 files after this one by name")
+
+
+def test_the_file_cap_through_the_cli_exits_1(tmp_path: Path) -> None:
+    """The real cap, the way a maintainer meets it: `relayroom checkmap check`."""
+    import subprocess
+    import sys
+
+    from gateway.checkmaps.registry import MAX_FILES
+
+    for n in range(MAX_FILES + 2):
+        (tmp_path / f"p{n:04d}.yaml").write_text(f"project: p{n:04d}\nissuers:\n  - provider: webhook\n"
+                                                  "    source: canary\n    secret_env: CANARY_SECRET\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")}
+    result = subprocess.run([sys.executable, "-m", "gateway", "checkmap", "check", str(tmp_path)], capture_output=True,
+                            text=True, env=env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":1: ")[0] for line in lines] == [str(tmp_path / f"p{n:04d}.yaml") for n in (MAX_FILES, MAX_FILES + 1)]
+    assert all(f"over the cap of {MAX_FILES} check map files" in line for line in lines)
+    assert result.stderr.strip().splitlines()[-1].startswith("relayroom: 2 problem(s)")
+
+
+async def test_a_folder_over_the_cap_shows_on_readyz(client: httpx.AsyncClient, hub: Any, checkmap_dir: Path) -> None:
+    registry = hub.extensions["checkmaps"]
+    registry.max_files = 1  # the cap is what is tested, not its value
+    await make_project(hub, "acme")
+    await make_project(hub, "beta")
+    (checkmap_dir / "acme.yaml").write_text(small_map("acme"))
+    await write_map(hub, checkmap_dir, "beta.yaml", small_map("beta"))
+    ready = (await client.get("/readyz")).json()
+    rows = {Path(row["file"]).name: row for row in ready["checkmaps"]}
+    assert rows["acme.yaml"]["error"] is None and rows["acme.yaml"]["sha256"]
+    assert "not loaded: over the cap of 1 check map files" in rows["beta.yaml"]["error"]
+    assert registry.snapshot.maps.keys() == {"acme"}
 
 
 # -- a burst of CI runs ------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ Only the folder's top-level `*.yaml`/`*.yml` files are loaded (sub-folders
 such as `examples/` are not).  A file that fails validation is reported and
 the last good version of that file stays in force.  One file per project:
 when two files name the same project the first by name keeps it and the
-other is reported.  What the store knows (does the project exist, are the
+other is reported.  At most MAX_FILES files are loaded, the first by name:
+the gateway keeps running with those and reports every file past the cap
+(on /readyz and by `relayroom checkmap check`) as not loaded.  What the store knows (does the project exist, are the
 supported ids entries of that project) is checked after each load and
 reported as warnings; the intake never supports a foreign or unknown id
 whatever the warnings say.
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +32,12 @@ from gateway.clock import Clock, to_rfc3339
 log = logging.getLogger("relayroom.checkmaps")
 
 POLL_SECONDS = 1.0
+# One file per project: a thousand projects is far past what one gateway
+# serves, and bounds what a reload reads, hashes and validates (each file is
+# at most 256 KiB).  Files past the cap are reported one by one, up to
+# MAX_REPORTED_SKIPS of them, so the report is bounded too.
+MAX_FILES = 1000
+MAX_REPORTED_SKIPS = 100
 
 
 @dataclass
@@ -84,26 +93,43 @@ class Snapshot:
 
 
 class CheckmapRegistry:
-    def __init__(self, folder: str | Path, clock: Clock) -> None:
+    def __init__(self, folder: str | Path, clock: Clock, *, max_files: int | None = None) -> None:
         self.folder = Path(folder)
         self.clock = clock
+        self.max_files = MAX_FILES if max_files is None else max_files
         self.snapshot = Snapshot()
         self._files: dict[str, _FileState] = {}
+        self._skipped: list[str] = []  # files past the cap, by name
         self._signal_installed = False
 
     # -- loading --------------------------------------------------------------
 
     def files(self) -> list[Path]:
-        if not self.folder.is_dir():
+        """Every check map file of the folder by name, past the cap or not."""
+        try:
+            with os.scandir(self.folder) as entries:
+                found = [Path(e.path) for e in entries
+                         if Path(e.name).suffix in (".yaml", ".yml") and not e.name.startswith(".") and e.is_file()]
+        except OSError:  # no folder (yet), or not one
             return []
-        found = [p for p in self.folder.iterdir() if p.suffix in (".yaml", ".yml") and not p.name.startswith(".")]
-        return sorted(p for p in found if p.is_file())
+        return sorted(found)
 
     def reload(self) -> bool:
         """Read the folder; True when what is in force (or a reported problem) changed."""
         changed = False
+        paths = self.files()
+        skipped = [str(p) for p in paths[self.max_files:]]
+        if skipped != self._skipped:
+            changed = True
+            self._skipped = skipped
+            if skipped:
+                log.warning("%d check map files in %s, over the cap of %d: the first %d by name are loaded, "
+                            "%d are not (%s and after)", len(paths), self.folder, self.max_files, self.max_files,
+                            len(skipped), skipped[0])
+            else:
+                log.info("every check map file of %s is within the cap of %d and loaded", self.folder, self.max_files)
         seen: set[str] = set()
-        for path in self.files():
+        for path in paths[:self.max_files]:
             name = str(path)
             seen.add(name)
             try:
@@ -126,7 +152,11 @@ class CheckmapRegistry:
                 log.warning("check map problem: %s", problem)
         for name in list(self._files):
             if name not in seen:
-                log.info("check map %s was removed; its bindings are no longer in force", name)
+                if name in skipped:
+                    log.warning("check map %s is past the cap of %d files; its bindings are no longer in force",
+                                name, self.max_files)
+                else:
+                    log.info("check map %s was removed; its bindings are no longer in force", name)
                 del self._files[name]
                 changed = True
         if changed:
@@ -198,6 +228,22 @@ class CheckmapRegistry:
             if state.conflict:
                 out.append(Problem(name, 1, state.conflict.split(": ", 1)[1]))
             out.extend(state.warnings)
+        out.extend(self._skip_problems())
+        return out
+
+    def _skip_problems(self) -> list[Problem]:
+        """One problem per file past the cap, up to MAX_REPORTED_SKIPS; the
+        last one shown counts the files after it."""
+        if not self._skipped:
+            return []
+        total = self.max_files + len(self._skipped)
+        message = (f"not loaded: over the cap of {self.max_files} check map files in one folder ({total} found; "
+                   f"the first {self.max_files} by name are loaded); remove the maps of projects this gateway does not serve")
+        shown = self._skipped[:MAX_REPORTED_SKIPS]
+        out = [Problem(name, 1, message) for name in shown]
+        rest = len(self._skipped) - len(shown)
+        if rest:
+            out[-1] = Problem(shown[-1], 1, f"{message}; nor are the {rest} files after this one by name")
         return out
 
     def status(self) -> list[dict[str, Any]]:
@@ -211,6 +257,8 @@ class CheckmapRegistry:
                 "error": state.error(),
                 "warnings": [str(w) for w in state.warnings],
             })
+        for problem in self._skip_problems():
+            rows.append({"file": problem.file, "sha256": None, "loaded_at": None, "error": str(problem), "warnings": []})
         return rows
 
     # -- running inside the gateway ---------------------------------------------

@@ -4,6 +4,11 @@ Fail closed: an unknown key is a problem (a typo such as `ref:` must not
 silently drop the ref restriction), every CI binding pins an immutable id and
 lists the refs whose runs may vote, and no secret may be written in the file.
 Each problem carries the line it is about.
+
+A file is bounded before it is parsed (MAX_FILE_BYTES, and nesting depth in
+`yaml_lines`) and inside: at most MAX_BINDINGS issuers, MAX_CHECKS checks and
+MAX_SUPPORTS entry ids per check.  An item past a cap is a problem at its
+line, like any other, so the file is not loaded.
 """
 
 from __future__ import annotations
@@ -33,6 +38,11 @@ NUMERIC_ID = re.compile(r"^[0-9]{1,20}$")
 NO_SPACE = re.compile(r"^\S{1,512}$")
 GITHUB_WORKFLOW = re.compile(r"^(?:[^/@\s]+/[^/@\s]+/)?\.github/workflows/[^/@\s]+\.ya?ml(?:@\S+)?$")
 MAX_CHECK_NAME = 200
+# Caps inside one file, far above what a project needs: each past-the-cap
+# item is a FILE:LINE problem, so the file fails and its last good version stays.
+MAX_BINDINGS = 50  # issuers: CI systems (or repositories) that may vote for one project
+MAX_CHECKS = 2000  # checks: CI check names mapped in one project
+MAX_SUPPORTS = 100  # entry ids one check supports
 
 TOP_KEYS = {"project", "issuers", "checks", "description"}
 CHECK_KEYS = {"supports", "workflows", "description"}
@@ -118,6 +128,10 @@ def _bindings(data: dict[str, Any], project: str, out: _Collector) -> list[Bindi
     if not isinstance(items, list) or not items:
         out.add(("issuers",) if "issuers" in data else (), "issuers must be a non-empty list of the CI systems that may vote")
         return []
+    if len(items) > MAX_BINDINGS:
+        out.add(("issuers", MAX_BINDINGS), f"issuers lists {len(items)} bindings; a check map holds at most "
+                f"{MAX_BINDINGS} (this is binding {MAX_BINDINGS + 1})")
+        items = items[:MAX_BINDINGS]
     bindings = []
     for index, item in enumerate(items):
         binding = _binding(item, ("issuers", index), project, out)
@@ -318,8 +332,12 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
         out.add(("checks",), "checks must be a mapping of check name to {supports: [entry ids]}")
         return {}
     rules: dict[str, CheckRule] = {}
-    for name, spec in checks.items():
+    for position, (name, spec) in enumerate(checks.items()):
         path: Path = ("checks", name)
+        if position == MAX_CHECKS:
+            out.add(path, f"checks maps {len(checks)} checks; a check map holds at most {MAX_CHECKS} "
+                    f"(this is check {MAX_CHECKS + 1})")
+            break
         if not isinstance(name, str) or not 1 <= len(name) <= MAX_CHECK_NAME or not name.isprintable():
             out.add(path, f"a check name is 1 to {MAX_CHECK_NAME} printable characters")
             continue
@@ -332,6 +350,10 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
         supports = spec.get("supports")
         if not isinstance(supports, list):
             out.add(path + ("supports",) if "supports" in spec else path, f"{name}: supports must be a list of entry ids")
+            continue
+        if len(supports) > MAX_SUPPORTS:
+            out.add(path + ("supports", MAX_SUPPORTS), f"{name}: supports lists {len(supports)} entry ids; a check "
+                    f"supports at most {MAX_SUPPORTS} (this is id {MAX_SUPPORTS + 1})")
             continue
         ids: list[str] = []
         for index, entry_id in enumerate(supports):
