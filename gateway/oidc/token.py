@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import binascii
 import math
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +25,6 @@ import jwt
 from jwt import PyJWK
 from jwt import exceptions as jwt_errors
 from jwt.api_jws import PyJWS
-from jwt.utils import base64url_decode, base64url_encode
 
 from gateway import jsonio
 from gateway.errors import GatewayError, Unauthorized
@@ -43,10 +41,12 @@ class Peeked:
     issuer: str
     kid: str
     alg: str
-    # What peeking already decoded and validated, so that PyJWT does not
-    # decode the same bytes again: segment -> decoded bytes, and the claims.
-    segments: dict[bytes, bytes] = field(default_factory=dict, repr=False)
-    payload: tuple[bytes, dict[str, Any]] | None = field(default=None, repr=False)
+    # What peeking already decoded and validated (PyJWS's split of the token:
+    # payload bytes, signing input, header, signature bytes) and the claims,
+    # so that PyJWT does not decode and parse the same bytes again.
+    token: str = field(repr=False)
+    parts: tuple[bytes, bytes, dict[str, Any], bytes] = field(repr=False)
+    claims: dict[str, Any] = field(repr=False)
 
 
 def _malformed(why: str) -> Unauthorized:
@@ -101,7 +101,7 @@ def peek(token: str) -> Peeked:
     parts = token.split(".")
     if len(parts) != 3 or not parts[2]:
         raise _malformed("a JWT has three dot-separated parts: header, payload, signature")
-    header_raw, header = _segment_json(parts[0], "header")
+    _, header = _segment_json(parts[0], "header")
     alg = header.get("alg")
     if alg not in ALGORITHMS:
         shown = alg if isinstance(alg, str) and len(alg) <= 20 else "missing or invalid"
@@ -119,64 +119,48 @@ def peek(token: str) -> Peeked:
         raise Unauthorized("the token has no iss claim", code="missing_claim", extra={"claim": "iss"})
     if not isinstance(issuer, str) or not 0 < len(issuer) <= 512:
         raise _malformed("iss is not a string")
-    segments = {parts[0].encode(): header_raw, parts[1].encode(): payload_raw, parts[2].encode(): signature_raw}
-    return Peeked(issuer=issuer, kid=kid, alg=alg, segments=segments, payload=(payload_raw, claims))
+    signing_input = f"{parts[0]}.{parts[1]}".encode("ascii")
+    return Peeked(issuer=issuer, kid=kid, alg=alg, token=token,
+                  parts=(payload_raw, signing_input, header, signature_raw), claims=claims)
 
 
-_SEGMENT_BYTES = re.compile(rb"^[A-Za-z0-9_-]*$")
 _HINT = threading.local()
 
 
-class _RegexSegmentJWS(PyJWS):
-    """PyJWS with its base64url segment rules unchanged, but checked by one
-    regular expression instead of a Python-level loop over every character
-    (profiling showed that loop to be most of the cost of `jwt.decode` on a
-    GitHub-sized token), and skipped for segments `peek` already decoded
-    under the same rules or stricter.  `test_oidc_token.py` holds it to
-    PyJWT's own implementation on valid and hostile segments."""
+class _PeekedJWS(PyJWS):
+    """PyJWS that takes the split and decoded token from `peek` (which
+    applies PyJWT's base64url and JSON rules, and stricter ones) instead of
+    splitting and decoding it a second time; everything after the split
+    (header checks, the algorithm allow-list, the signature) is PyJWS's own.
+    Without a hint for this very token it is stock PyJWS."""
 
-    @staticmethod
-    def _decode_base64url_segment(segment: bytes, name: str) -> bytes:
-        known = getattr(_HINT, "segments", None)
-        if known is not None:
-            raw = known.get(segment)
-            if raw is not None:
-                return raw
-        stripped = segment.rstrip(b"=")
-        padding = len(segment) - len(stripped)
-        if padding > 2 or (padding and len(segment) % 4 != 0):
-            raise jwt_errors.DecodeError(f"Invalid {name} padding")
-        if len(stripped) % 4 == 1 or not _SEGMENT_BYTES.match(stripped):
-            raise jwt_errors.DecodeError(f"Invalid {name} padding")
-        try:
-            decoded = base64url_decode(stripped)
-        except (TypeError, binascii.Error) as err:
-            raise jwt_errors.DecodeError(f"Invalid {name} padding") from err
-        if base64url_encode(decoded) != stripped:
-            raise jwt_errors.DecodeError(f"Invalid {name} padding")
-        return decoded
+    def _load(self, jwt: str | bytes) -> tuple[bytes, bytes, dict[str, Any], bytes]:
+        hint = getattr(_HINT, "peeked", None)
+        if hint is not None and jwt is hint[0]:
+            return hint[1].parts
+        return super()._load(jwt)
 
 
-class _PeekAwareJWT(jwt.PyJWT):
-    """PyJWT whose payload JSON is the one `peek` already parsed, when it is
-    exactly those bytes (the same object the segment step returned)."""
+class _PeekedJWT(jwt.PyJWT):
+    """PyJWT whose claims are the ones `peek` parsed, when the payload is
+    exactly the bytes `peek` returned; the claim checks are PyJWT's own."""
 
     def _decode_payload(self, decoded: dict[str, Any]) -> dict[str, Any]:
-        known = getattr(_HINT, "payload", None)
-        if known is not None and decoded["payload"] is known[0]:
-            return known[1]
+        hint = getattr(_HINT, "peeked", None)
+        if hint is not None and decoded["payload"] is hint[1].parts[0]:
+            return hint[1].claims
         return super()._decode_payload(decoded)
 
 
-_VERIFIER = _PeekAwareJWT()
-_VERIFIER._jws = _RegexSegmentJWS(options=_VERIFIER._get_sig_options())
+_VERIFIER = _PeekedJWT()
+_VERIFIER._jws = _PeekedJWS(options=_VERIFIER._get_sig_options())
 
 
 def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, peeked: Peeked | None = None
            ) -> dict[str, Any]:
     """Verify signature and claims; return the verified claims."""
-    if peeked is not None:
-        _HINT.segments, _HINT.payload = peeked.segments, peeked.payload
+    if peeked is not None and peeked.token == token:  # a hint for another token is no hint
+        _HINT.peeked = (token, peeked)
     try:
         claims: dict[str, Any] = _VERIFIER.decode(
             token,
@@ -206,7 +190,7 @@ def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, pe
     except (TypeError, ValueError, OverflowError, RecursionError):
         raise _malformed("its claims could not be read") from None
     finally:
-        _HINT.segments = _HINT.payload = None
+        _HINT.peeked = None
     aud = claims.get("aud")
     if isinstance(aud, list) and any(item != audience for item in aud):
         raise Unauthorized(
