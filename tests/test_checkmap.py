@@ -159,6 +159,34 @@ def test_a_broken_edit_keeps_the_last_good_version(tmp_path: Path) -> None:
     assert registry.reload() is False  # nothing changed
 
 
+def test_the_poll_reads_only_files_whose_stat_moved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []
+    real_read = Path.read_bytes
+
+    def counting_read(self: Path) -> bytes:
+        reads.append(self.name)
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", counting_read)
+    path = tmp_path / "acme.yaml"
+    path.write_text(GOOD)
+    an_hour_ago = time.time() - 3600
+    os.utime(path, (an_hour_ago, an_hour_ago))
+    registry = registry_for(tmp_path)
+    assert registry.reload() is True and reads == ["acme.yaml"]
+    assert registry.reload() is False and reads == ["acme.yaml"]  # stat unchanged and old: not read again
+    # Same size, same (old) mtime: the change time and the content still move.
+    path.write_text(GOOD.replace("kn_1", "kn_2"))
+    os.utime(path, (an_hour_ago, an_hour_ago))
+    assert registry.reload() is True and reads == ["acme.yaml"] * 2
+    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_2",)
+    # A file written just now is read on every poll until its time is safely past
+    # (two writes within one tick of the file clock look alike).
+    path.write_text(GOOD.replace("kn_1", "kn_3"))
+    registry.reload()
+    assert registry.reload() is False and reads == ["acme.yaml"] * 4
+
+
 def test_one_file_per_project(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(GOOD)
     (tmp_path / "b.yml").write_text(GOOD.replace("kn_1", "kn_9"))

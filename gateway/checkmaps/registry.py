@@ -21,6 +21,7 @@ import hashlib
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +39,16 @@ POLL_SECONDS = 1.0
 # MAX_REPORTED_SKIPS of them, so the report is bounded too.
 MAX_FILES = 1000
 MAX_REPORTED_SKIPS = 100
+RACY_NS = 3_000_000_000  # a file written in the last 3 s is re-read even when its stat looks unchanged
 
 
 @dataclass
 class _FileState:
     path: str
     disk_sha: str = ""
+    # (mtime, ctime, size, inode) when last read: the poll reads and hashes
+    # only files whose signature moved, so a full folder costs stat calls.
+    disk_stat: tuple[int, int, int, int] | None = None
     parsed: CheckMap | None = None
     problems: list[Problem] = field(default_factory=list)
     conflict: str | None = None
@@ -133,12 +138,21 @@ class CheckmapRegistry:
             name = str(path)
             seen.add(name)
             try:
+                st = path.stat()
+                signature = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+                known = self._files.get(name)
+                # File times tick coarsely: two writes within one tick can
+                # leave the same signature, so a recently written file is
+                # read again until its time is safely in the past ("racy git").
+                if known is not None and known.disk_stat == signature and time.time_ns() - st.st_mtime_ns > RACY_NS:
+                    continue
                 raw = path.read_bytes()
             except OSError as exc:
                 log.warning("cannot read check map %s: %s", name, exc.strerror)
                 continue
             digest = hashlib.sha256(raw).hexdigest()
             state = self._files.setdefault(name, _FileState(path=name))
+            state.disk_stat = signature
             if state.disk_sha == digest:
                 continue
             changed = True
@@ -297,5 +311,5 @@ class CheckmapRegistry:
 
     async def _forced_reload(self, driver: Any) -> None:
         for state in self._files.values():
-            state.disk_sha = ""  # re-read everything, even unchanged files
+            state.disk_sha, state.disk_stat = "", None  # re-read everything, even unchanged files
         await self.refresh(driver)
