@@ -6,9 +6,8 @@ import os
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
-
-
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> two characters
+_last_millis: tuple[int, str] = (-1, "")  # ids made within one millisecond share its digits
 
 
 def _b32(value: int, length: int) -> str:
@@ -17,6 +16,8 @@ def _b32(value: int, length: int) -> str:
 
 
 def new_id(prefix: str) -> str:
+    global _last_millis
     millis = int(time.time() * 1000) & ((1 << 48) - 1)
-    rand = int.from_bytes(os.urandom(10), "big")
-    return f"{prefix}_{_b32(millis, 10)}{_b32(rand, 16)}"
+    if _last_millis[0] != millis:
+        _last_millis = (millis, _b32(millis, 10))
+    return f"{prefix}_{_last_millis[1]}{_b32(int.from_bytes(os.urandom(10), 'big'), 16)}"
