@@ -11,8 +11,9 @@ bench/stores.py), loopback), mints one GitHub-shaped RS256 token per request
 `POST /v1/attestations` with the same bounded load: N requests over C
 keep-alive connections.  Each attestation is the full path: token
 verification, binding, jti reservation, durable write, trust step; 50
-checks each support their own entry, so the first pass adds supports (and
-audit rows) and the rest are reruns, as in real CI.
+checks each support their own entry.  The warm-up (500 requests of each
+route) fetches the JWKS once and adds the first support of every check (and
+its audit row), so the measured attestations are reruns, as most CI runs are.
 
 The two routes alternate for --rounds rounds and the figure is the median
 of the per-round ratios: on a shared machine a neighbour's burst then skews
