@@ -97,6 +97,19 @@ class Snapshot:
         return checkmap.checks.get(check) if checkmap is not None else None
 
 
+@dataclass
+class _Scan:
+    """What one look at the folder found: files past the cap, files on disk,
+    files whose bytes are as before (only their stat moved), and the files
+    that changed, each with its validation."""
+
+    skipped: list[str]
+    total: int
+    seen: set[str] = field(default_factory=set)
+    unchanged: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
+    changed: dict[str, tuple[tuple[int, int, int, int], str, CheckMap | None, list[Problem]]] = field(default_factory=dict)
+
+
 class CheckmapRegistry:
     def __init__(self, folder: str | Path, clock: Clock, *, max_files: int | None = None) -> None:
         self.folder = Path(folder)
@@ -106,6 +119,7 @@ class CheckmapRegistry:
         self._files: dict[str, _FileState] = {}
         self._skipped: list[str] = []  # files past the cap, by name
         self._signal_installed = False
+        self._refreshing = asyncio.Lock()
 
     # -- loading --------------------------------------------------------------
 
@@ -121,22 +135,17 @@ class CheckmapRegistry:
 
     def reload(self) -> bool:
         """Read the folder; True when what is in force (or a reported problem) changed."""
-        changed = False
+        return self._apply(self._scan())
+
+    def _scan(self) -> _Scan:
+        """Stat the folder, read and validate what moved.  Reads `_files`
+        and changes nothing, so it may run on a worker thread (a big map
+        takes a noticeable time to validate) while requests are served."""
         paths = self.files()
-        skipped = [str(p) for p in paths[self.max_files:]]
-        if skipped != self._skipped:
-            changed = True
-            self._skipped = skipped
-            if skipped:
-                log.warning("%d check map files in %s, over the cap of %d: the first %d by name are loaded, "
-                            "%d are not (%s and after)", len(paths), self.folder, self.max_files, self.max_files,
-                            len(skipped), skipped[0])
-            else:
-                log.info("every check map file of %s is within the cap of %d and loaded", self.folder, self.max_files)
-        seen: set[str] = set()
+        scan = _Scan(skipped=[str(p) for p in paths[self.max_files:]], total=len(paths))
         for path in paths[:self.max_files]:
             name = str(path)
-            seen.add(name)
+            scan.seen.add(name)
             try:
                 st = path.stat()
                 signature = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
@@ -151,22 +160,42 @@ class CheckmapRegistry:
                 log.warning("cannot read check map %s: %s", name, exc.strerror)
                 continue
             digest = hashlib.sha256(raw).hexdigest()
+            if known is not None and known.disk_sha == digest:
+                scan.unchanged[name] = signature
+                continue
+            try:
+                parsed, problems = validate_text(raw, name)
+            except Exception:  # never let one file stop the gateway: report it, keep its last good version
+                log.exception("check map %s could not be validated", name)
+                parsed, problems = None, [Problem(name, 1, "the file could not be validated (see the log)")]
+            scan.changed[name] = (signature, digest, parsed, problems)
+        return scan
+
+    def _apply(self, scan: _Scan) -> bool:
+        changed = False
+        if scan.skipped != self._skipped:
+            changed = True
+            self._skipped = scan.skipped
+            if scan.skipped:
+                log.warning("%d check map files in %s, over the cap of %d: the first %d by name are loaded, "
+                            "%d are not (%s and after)", scan.total, self.folder, self.max_files, self.max_files,
+                            len(scan.skipped), scan.skipped[0])
+            else:
+                log.info("every check map file of %s is within the cap of %d and loaded", self.folder, self.max_files)
+        for name, signature in scan.unchanged.items():
+            self._files.setdefault(name, _FileState(path=name)).disk_stat = signature
+        for name, (signature, digest, parsed, problems) in scan.changed.items():
             state = self._files.setdefault(name, _FileState(path=name))
             state.disk_stat = signature
             if state.disk_sha == digest:
                 continue
             changed = True
-            state.disk_sha = digest
-            try:
-                state.parsed, state.problems = validate_text(raw, name)
-            except Exception:  # never let one file stop the gateway: report it, keep its last good version
-                log.exception("check map %s could not be validated", name)
-                state.parsed, state.problems = None, [Problem(name, 1, "the file could not be validated (see the log)")]
-            for problem in state.problems:
+            state.disk_sha, state.parsed, state.problems = digest, parsed, problems
+            for problem in problems:
                 log.warning("check map problem: %s", problem)
         for name in list(self._files):
-            if name not in seen:
-                if name in skipped:
+            if name not in scan.seen:
+                if name in scan.skipped:
                     log.warning("check map %s is past the cap of %d files; its bindings are no longer in force",
                                 name, self.max_files)
                 else:
@@ -278,8 +307,9 @@ class CheckmapRegistry:
     # -- running inside the gateway ---------------------------------------------
 
     async def refresh(self, driver: Any) -> None:
-        if self.reload():
-            await self.check_store(driver)
+        async with self._refreshing:  # the poll and SIGHUP take turns
+            if self._apply(await asyncio.to_thread(self._scan)):
+                await self.check_store(driver)
 
     async def watch(self, driver: Any) -> None:
         """Poll the folder every second: a change is in force within 2 s."""
@@ -310,6 +340,7 @@ class CheckmapRegistry:
             self._signal_installed = False
 
     async def _forced_reload(self, driver: Any) -> None:
-        for state in self._files.values():
-            state.disk_sha, state.disk_stat = "", None  # re-read everything, even unchanged files
+        async with self._refreshing:
+            for state in self._files.values():
+                state.disk_sha, state.disk_stat = "", None  # re-read everything, even unchanged files
         await self.refresh(driver)
