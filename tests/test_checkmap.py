@@ -261,6 +261,36 @@ async def test_a_change_is_in_force_within_two_seconds(hub: Any, tmp_path: Path)
         task.cancel()
 
 
+async def test_validating_a_changed_map_does_not_stall_the_event_loop(
+        hub: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gateway.checkmaps.registry as registry_module
+
+    real_validate = registry_module.validate_text
+
+    def slow_validate(raw: bytes, name: str) -> Any:
+        time.sleep(0.4)  # a big map: validation holds the thread that runs it
+        return real_validate(raw, name)
+
+    monkeypatch.setattr(registry_module, "validate_text", slow_validate)
+    registry = registry_for(tmp_path)
+    (tmp_path / "acme.yaml").write_text(GOOD)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    try:
+        await registry.refresh(hub.driver)
+    finally:
+        task.cancel()
+    assert registry.snapshot.rule("acme", "migrations") is not None
+    assert ticks >= 10, f"the loop ran only {ticks} times while the map was validated"
+
+
 async def test_sighup_reloads(hub: Any, tmp_path: Path) -> None:
     registry = registry_for(tmp_path)
     registry.install_sighup(hub.driver)
