@@ -15,6 +15,14 @@ stays bounded in time.  Two figures per size:
   (`recalls` + `recall_results`, one group-committed write).
 
 Targets (issue 4): p50 <= 3 ms at 10k inside the 1M hub, <= 5 ms at 100k.
+
+    .venv/bin/python bench/recall_latency.py --padded-quality 100000
+
+measures ranking instead of time at that size: bench/recall_eval's questions,
+each project's entries padded with that many synthetic entries of the text
+above (MRR@10 / nDCG@10 / recall@5 as bench/recall_quality.py counts them).
+bench/recall_quality.py's own projects are small; a big project is where a
+store that sets common words aside ranks differently from one that does not.
 """
 
 from __future__ import annotations
@@ -227,16 +235,66 @@ async def scenario(url: str, label: str, sizes: list[int], others: int, queries:
     return rows
 
 
+async def padded_quality(url: str, pad: int) -> dict[str, dict[str, float]]:
+    """The evaluation set's ranking with `pad` synthetic entries in each of its projects."""
+    from bench.recall_quality import K, load, score
+
+    config = Config.from_env({}, database_url=url, sweep_interval=0.0)
+    hub = Hub(config, clock=ManualClock(start=1_800_000_000.0))
+    await hub.start(background=False)
+    try:
+        entries, queries = load()
+        text = Text()
+        project_ids: dict[str, int] = {}
+        names: dict[int, str] = {}
+        started = time.perf_counter()
+        for slug, items in entries.items():
+            project = await hub.accounts.create_project(slug)
+            owner = Principal(project=project, name="eval-owner", level="owner")
+            project_ids[slug] = project.id
+            for item in items:
+                entry, _ = await hub.knowledge.learn(owner, item["kind"], item["statement"], item.get("evidence"))
+                await hub.knowledge.confirm(owner, entry.id)
+                names[entry.seq] = item["id"]
+            await add_trusted(hub, project.id, pad, text, hub.clock.now())
+        await checkpoint(hub)
+        print(f"  {len(entries)} projects padded with {pad:,} entries each in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+        now = hub.clock.now()
+        rows = []
+        for query in queries:
+            project_id = project_ids[query.project]
+            hits = await hub.driver.read(lambda q: q.index.search(project_id, query.text, None, K, now))
+            rows.append((query, [names.get(seq, f"padding-{seq}") for seq, _ in hits]))
+        return {split: score([r for r in rows if split == "all" or r[0].split == split]) for split in ("dev", "test", "all")}
+    finally:
+        await hub.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--others", type=int, default=1_000_000, help="entries of other projects in the big hub")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--dir", default=None, help="where the databases go (default a temporary folder)")
+    parser.add_argument(
+        "--padded-quality", type=int, default=0, metavar="N",
+        help="instead of timing: rank bench/recall_eval with N synthetic entries in each of its projects",
+    )
     args = parser.parse_args(argv)
     from bench.stores import backend, bench_database
 
     print(f"store: {backend()} (set RELAYROOM_DATABASE_URL=postgresql://... for PostgreSQL)", file=sys.stderr)
+    if args.padded_quality:
+        with tempfile.TemporaryDirectory(dir=args.dir) as folder, bench_database(Path(folder), "padded") as url:
+            splits = asyncio.run(padded_quality(url, args.padded_quality))
+        print("| store | entries per project | split | queries | MRR@10 | nDCG@10 | recall@5 |")
+        print("|---|---:|---|---:|---:|---:|---:|")
+        for split, m in splits.items():
+            print(
+                f"| {backend()} | {args.padded_quality:,} + eval | {split} | {int(m['n'])} | {m['mrr@10']:.3f} | "
+                f"{m['ndcg@10']:.3f} | {m['recall@5']:.3f} |"
+            )
+        return 0
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         big = f"hub+{args.others // 1000}k"
         with bench_database(Path(folder), "alone") as url:
