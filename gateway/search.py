@@ -229,14 +229,17 @@ def prune(plan: QueryPlan, matches: dict[str, int], limit: int = COMMON_ROWS) ->
     up to limit + 1), keeping the ranking exact for everything else.
 
     If every one of the agent's own words is common, they are kept and
-    AND-ed instead: the rows holding all of them are few, and the best."""
+    AND-ed instead: the rows holding all of them are few, and the best.  A
+    word that matches nothing (a typo, a word no entry uses) is neither: it
+    brings no row, so it must not crowd out the words that do."""
     def rare(phrases: tuple[Phrase, ...]) -> tuple[Phrase, ...]:
-        return tuple(p for p in phrases if matches.get(p.text, 0) <= limit)
+        return tuple(p for p in phrases if 0 < matches.get(p.text, 0) <= limit)
 
     originals = rare(plan.originals)
     if originals:
         return Pruned(originals, rare(plan.expansions), False)
-    return Pruned(plan.originals, rare(plan.expansions), len(plan.originals) > 1)
+    present = tuple(p for p in plan.originals if matches.get(p.text, 0) > 0) or plan.originals
+    return Pruned(present, rare(plan.expansions), len(present) > 1)
 
 
 @dataclass(frozen=True)

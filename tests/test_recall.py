@@ -92,6 +92,9 @@ def test_prune_sets_aside_common_words_or_ands_them() -> None:
     every = prune(plan, {p.text: 9999 for p in plan.phrases}, limit=2000)
     assert every.require_all and every.originals == plan.originals and every.expansions == ()
     assert fts5_expression(every.originals, require_all=True) == '"rename" AND "db" AND "table"'
+    # A word no entry holds brings no row: the common words still answer.
+    typo = prune(plan, {"rename": 0, "db": 5000, "table": 9000}, limit=2000)
+    assert [p.text for p in typo.originals] == ["db", "table"] and typo.require_all
 
 
 def test_fuse_is_the_sum_a_repeated_query_would_give() -> None:
@@ -329,3 +332,5 @@ async def test_a_big_project_sets_common_words_aside_and_still_finds_the_rare_an
         assert results[0][0].id == rare["Deploy logs rotate at midnight and drop the last line."]
     _, common_only = await hub.recall.recall(reader, "deploy logs stdout", None, 5)
     assert len(common_only) == 5 and all("stdout" in e.statement for e, _ in common_only)
+    _, with_a_typo = await hub.recall.recall(reader, "deploy logs stdotu", None, 5)
+    assert len(with_a_typo) == 5 and all("deploy logs" in e.statement for e, _ in with_a_typo)
