@@ -267,3 +267,41 @@ async def test_a_non_durable_write_commits_without_waiting_for_the_flush(driver:
     assert await driver.read(lambda q: q.meta_get("telemetry")) == "kept"
     # The setting was the transaction's own: the next unit waits for its flush again.
     assert await driver.write(lambda q: q.tx.one("SELECT current_setting('synchronous_commit') AS mode")) == {"mode": "on"}
+
+
+async def test_requests_wait_for_a_connection_in_arrival_order(driver: PostgresDriver) -> None:
+    """With every connection busy, requests are served first come first
+    served (the pool alone lets a newcomer overtake a woken waiter), and a
+    wait past the limit is a clear 503."""
+    single = PostgresDriver(driver._dsn + "?pool_max=1")
+    await single.open()
+    try:
+        release = asyncio.Event()
+
+        async def hold(q: Any) -> None:
+            await q.tx.one("SELECT 1 AS one")
+            await release.wait()
+
+        holder = asyncio.create_task(single.write(hold))
+        await asyncio.sleep(0.2)
+        order: list[int] = []
+
+        def waiter(n: int) -> Any:
+            async def unit(q: Any) -> None:
+                order.append(n)
+                await q.tx.one("SELECT 1 AS one")
+            return unit
+
+        queued = []
+        for n in range(12):
+            queued.append(asyncio.create_task(single.write(waiter(n))))
+            await asyncio.sleep(0.005)
+        with pytest.raises(Unavailable) as busy:
+            async with single._acquire(timeout=0.2):
+                pass
+        assert busy.value.code == "store_busy"
+        release.set()
+        await asyncio.gather(holder, *queued)
+        assert order == list(range(12))
+    finally:
+        await single.close()

@@ -184,6 +184,7 @@ class PostgresDriver:
         self._dsn, self._options = split_url(url)
         self.url = redact(self._dsn)
         self._pool: Any = None
+        self._gate = asyncio.Semaphore(1)  # made again, for the pool's size and this loop, by open()
 
     # -- lifecycle --------------------------------------------------------------
 
@@ -191,6 +192,7 @@ class PostgresDriver:
         import asyncpg
 
         timeout_ms = self._options["statement_timeout_ms"]
+        self._gate = asyncio.Semaphore(self._options["pool_max"])
         try:
             self._pool = await asyncpg.create_pool(
                 self._dsn,
@@ -321,16 +323,30 @@ class PostgresDriver:
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
         if self._pool is None:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
+        # Requests queue here, first come first served, rather than in the
+        # pool: its queue lets a newcomer take a connection released for a
+        # woken waiter, which then queues again at the back (at 64 clients on
+        # 10 connections: p50 9 ms but p99 250 ms in bench/attest.py).
         try:
-            conn = await self._pool.acquire(timeout=timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):
+                await self._gate.acquire()
+        except TimeoutError:
             raise Unavailable(
                 "every store connection is busy; retry shortly", code="store_busy", retry_after=1
             ) from None
         try:
-            yield conn
+            try:
+                conn = await self._pool.acquire(timeout=timeout)
+            except asyncio.TimeoutError:
+                raise Unavailable(
+                    "every store connection is busy; retry shortly", code="store_busy", retry_after=1
+                ) from None
+            try:
+                yield conn
+            finally:
+                await self._pool.release(conn)
         finally:
-            await self._pool.release(conn)
+            self._gate.release()
 
 
 # SQLSTATE classes of the server's own trouble: connection exceptions,
