@@ -43,10 +43,9 @@ class ManualClock:
 def to_rfc3339(moment: float | None) -> str | None:
     if moment is None:
         return None
-    dt = datetime.fromtimestamp(moment, tz=timezone.utc)
-    if dt.microsecond:
-        return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+    # isoformat (in C) writes the fraction only when there is one, as the
+    # contract's examples do; "+00:00" becomes "Z".
+    return datetime.fromtimestamp(moment, tz=timezone.utc).isoformat()[:-6] + "Z"
 
 
 def to_date(moment: float) -> str:

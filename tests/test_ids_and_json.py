@@ -1,4 +1,4 @@
-"""Identifiers and the JSON helpers: small, but every entry and answer goes through them."""
+"""Identifiers, the JSON helpers and RFC 3339 times: small, but every entry and answer goes through them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway import ids, jsonio
+from gateway.clock import to_rfc3339
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -58,3 +59,17 @@ def test_loads_refuses_what_json_does_not_allow() -> None:
         except ValueError:
             continue
         raise AssertionError(f"accepted {text[:20]!r}")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.integers(min_value=0, max_value=4_000_000_000), st.integers(min_value=0, max_value=999_999))
+def test_rfc3339_is_utc_with_z_and_a_fraction_only_when_there_is_one(seconds: int, micros: int) -> None:
+    from datetime import datetime, timezone
+
+    moment = seconds + micros / 1_000_000
+    dt = datetime.fromtimestamp(moment, tz=timezone.utc)
+    expected = dt.strftime("%Y-%m-%dT%H:%M:%S") + (f".{dt.microsecond:06d}" if dt.microsecond else "") + "Z"
+    assert to_rfc3339(moment) == expected
+    whole = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    assert to_rfc3339(float(seconds)) == whole.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert to_rfc3339(None) is None
