@@ -16,7 +16,7 @@ from gateway.ids import new_id
 from gateway.knowledge import validate_kind
 from gateway.model import Entry, Principal
 from gateway.search import MAX_QUERY_CHARS
-from gateway.store.base import Driver
+from gateway.store.base import Driver, read_then_write
 from gateway.store.queries import Queries
 
 DEFAULT_LIMIT = 10
@@ -43,15 +43,21 @@ class Recall:
         started = time.perf_counter()
         now = self.clock.now()
         project = principal.project
-        results = await self.driver.read(lambda q: q.search(project.id, query, kind, limit, now))
-        recall_id = new_id("rc")
+        recall_id = ""
 
-        async def record(q: Queries) -> None:
+        async def search(q: Queries) -> list[tuple[Entry, float]]:
+            return await q.search(project.id, query, kind, limit, now)
+
+        async def record(q: Queries, results: list[tuple[Entry, float]]) -> None:
+            nonlocal recall_id
+            recall_id = new_id("rc")  # after the search, as its record's id always was
             await q.insert_recall(recall_id, project.id, principal.name, query, kind, via, results, now)
 
-        # The record is telemetry, not knowledge: it need not wait for an
-        # fsync; recall_used, a later write, sees it all the same.
-        await self.driver.write(record, durable=False)
+        # The search reads one snapshot; the record is telemetry, not
+        # knowledge: it need not wait for an fsync, and recall_used, a later
+        # write, sees it all the same.  On PostgreSQL both run in one
+        # transaction; on SQLite as a read, then a write of the group commit.
+        results = await read_then_write(self.driver, search, record, durable=False)
         if self.metrics is not None:
             self.metrics.recall_seconds.observe(time.perf_counter() - started)
         return recall_id, results

@@ -12,13 +12,24 @@ the only thing the core talks to; it never sees which backend it runs on.
                  caller may be answered before the commit reaches the disk.
     read(unit)   runs `await unit(queries)` on a consistent snapshot.
 
+`read_then_write(driver, read, write)` (below) runs a read and then a write
+that records what it found (a recall and its record).  A driver may do both
+in one transaction (PostgreSQL: one REPEATABLE READ transaction, two round
+trips fewer); otherwise they run as `read` then `write`, as on SQLite, whose
+single writer must not wait on searches.
+
+A driver may also name its database for per-process caches (`cache_key`, a
+string; PostgreSQL's also reaches its `Tx`).  Only facts that may be a
+little old are cached under it (the recall index's table statistics, for a
+minute); never anything that decides access.
+
 A unit awaits nothing but its `Queries`: on SQLite the statements run without
 leaving the event loop, and a unit that slept would hold up the writer.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Protocol, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -51,3 +62,22 @@ class Driver(Protocol):
     async def read(self, unit: Unit[T]) -> T: ...
 
     async def ping(self) -> bool: ...
+
+
+async def read_then_write(
+    driver: Driver, read: Unit[T], write: Callable[[Any, T], Awaitable[Any]], *, durable: bool = True
+) -> T:
+    """`read` on a consistent snapshot, then `write(queries, its result)`
+    committed as `Driver.write` commits (durable or not); returns what `read`
+    returned.  In one transaction where the driver offers it
+    (`read_then_write` method), else a `read` and a `write`."""
+    combined = getattr(driver, "read_then_write", None)
+    if combined is not None:
+        return cast(T, await combined(read, write, durable=durable))
+    result = await driver.read(read)
+
+    async def record(queries: Any) -> None:
+        await write(queries, result)
+
+    await driver.write(record, durable=durable)
+    return result

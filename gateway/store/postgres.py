@@ -16,6 +16,12 @@ Why it looks the way it does:
   looked for and did not find, and the rerun sees it.
 - Reads run in a read-only REPEATABLE READ transaction: one snapshot for the
   whole unit, never a serialization failure.
+- `read_then_write` (a recall and its record) runs both units in one
+  REPEATABLE READ transaction: the write part only inserts, so it neither
+  waits on nor takes a lock that another unit could want, and the recall
+  costs one BEGIN/COMMIT instead of two.
+- A non-durable transaction opens with `BEGIN; SET LOCAL synchronous_commit
+  TO OFF` sent as one simple query (one round trip instead of two).
 - The SQL of `Queries` is written once with `?` placeholders; each distinct
   string is rewritten to `$1..$n` once and cached.
 - Every statement has a time limit (`statement_timeout`), so a stuck query
@@ -36,7 +42,7 @@ import random
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from gateway.errors import Conflict, Unavailable
@@ -159,8 +165,11 @@ async def _keep_session(conn: Any) -> None:
 class PostgresTx:
     dialect = "postgres"
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, cache_key: str | None = None) -> None:
         self._conn = conn
+        # The driver's `cache_key`: what may be cached per process about this
+        # database (the recall index's table statistics) is keyed by it.
+        self.cache_key = cache_key
 
     async def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
         record = await self._conn.fetchrow(to_dollar_params(sql), *_args(args))
@@ -183,6 +192,10 @@ class PostgresDriver:
     def __init__(self, url: str) -> None:
         self._dsn, self._options = split_url(url)
         self.url = redact(self._dsn)
+        # Names this database for per-process caches (set by open()): the URL
+        # without its password plus the database's oid, so a database dropped
+        # and created again under the same name is another key.
+        self.cache_key: str | None = None
         self._pool: Any = None
         self._gate = asyncio.Semaphore(1)  # made again, for the pool's size and this loop, by open()
 
@@ -222,6 +235,8 @@ class PostgresDriver:
             conn = await asyncpg.connect(self._dsn, timeout=30)
             try:
                 await self._migrate(conn)
+                oid = await conn.fetchval("SELECT oid FROM pg_database WHERE datname = current_database()")
+                self.cache_key = f"{self.url}#{oid}"
             finally:
                 await conn.close()
         except BaseException:
@@ -279,6 +294,27 @@ class PostgresDriver:
         deadlock or serialization failure.  durable=False (telemetry such as
         a recall record) commits without waiting for the WAL flush
         (`synchronous_commit = off` for that transaction only)."""
+        return await self._write(unit, durable=durable, snapshot=False)
+
+    async def read_then_write(
+        self, read: Unit[T], write: Callable[[Any, T], Awaitable[Any]], *, durable: bool = True
+    ) -> T:
+        """`read`, then `write(queries, what read returned)`, in one
+        REPEATABLE READ transaction (one snapshot for every statement of
+        `read`, as `read` gives), committed as `write` would; returns what
+        `read` returned.  Meant for a write part that only inserts rows
+        nobody else writes (a recall's record): it takes no lock another unit
+        waits for and cannot fail a serialization check.  Retried from the
+        start, like `write`, if it ever does."""
+
+        async def unit(queries: Any) -> T:
+            result = await read(queries)
+            await write(queries, result)
+            return result
+
+        return await self._write(unit, durable=durable, snapshot=True)
+
+    async def _write(self, unit: Unit[T], *, durable: bool, snapshot: bool) -> T:
         import asyncpg
 
         from gateway.store.queries import Queries
@@ -286,15 +322,19 @@ class PostgresDriver:
         retryable = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
         attempt = 0
         unique_failures = 0
+        begin = "BEGIN ISOLATION LEVEL REPEATABLE READ" if snapshot else "BEGIN"
+        if not durable:
+            begin += "; SET LOCAL synchronous_commit TO OFF"
         while True:
             attempt += 1
             try:
                 with _server_faults("write"):
                     async with self._acquire() as conn:
-                        async with conn.transaction():
-                            if not durable:
-                                await conn.execute("SET LOCAL synchronous_commit TO OFF")
-                            return await unit(Queries(PostgresTx(conn)))
+                        if durable and not snapshot:
+                            async with conn.transaction():
+                                return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                        async with _transaction(conn, begin):
+                            return await unit(Queries(PostgresTx(conn, self.cache_key)))
             except retryable as exc:
                 if attempt >= WRITE_ATTEMPTS:
                     raise Unavailable(
@@ -317,7 +357,7 @@ class PostgresDriver:
         with _server_faults("read"):
             async with self._acquire() as conn:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    return await unit(Queries(PostgresTx(conn)))
+                    return await unit(Queries(PostgresTx(conn, self.cache_key)))
 
     @contextlib.asynccontextmanager
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
@@ -347,6 +387,23 @@ class PostgresDriver:
                 await self._pool.release(conn)
         finally:
             self._gate.release()
+
+
+@contextlib.asynccontextmanager
+async def _transaction(conn: Any, begin: str) -> AsyncIterator[None]:
+    """A transaction opened by `begin`, a simple query that may hold more
+    than BEGIN (`SET LOCAL ...`: one round trip for both), committed when the
+    block ends and rolled back if it raises.  A ROLLBACK that fails (the
+    connection is gone) leaves the first error to propagate; the pool then
+    discards or resets the connection."""
+    try:
+        await conn.execute(begin)
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await conn.execute("ROLLBACK")
+        raise
+    await conn.execute("COMMIT")
 
 
 # SQLSTATE classes of the server's own trouble: connection exceptions,

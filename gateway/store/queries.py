@@ -84,6 +84,27 @@ STATE_FILTERS = {
 }
 
 
+# PostgreSQL only: the entries a recall returns, each with its supports and
+# contradictions as arrays of rows (see `Queries._recalled_entries`).
+RECALLED_ENTRIES = (
+    f"SELECT {ENTRY_COLUMNS}, "
+    "(SELECT array_agg(ROW(s.issuer, s.source, s.attestation_id, s.at) ORDER BY s.id) "
+    "FROM supports s WHERE s.entry_seq = e.seq) AS supports, "
+    "(SELECT array_agg(ROW(c.by_principal, c.detail, c.at, c.until) ORDER BY c.id) "
+    "FROM contradictions c WHERE c.entry_seq = e.seq) AS contradictions "
+    "FROM entries e JOIN projects p ON p.id = e.project_id WHERE e.seq = ANY(CAST(? AS BIGINT[]))"
+)
+# PostgreSQL only: a recall and its results in one statement (the results
+# row by row from three arrays; none for a recall that found nothing).
+INSERT_RECALL = (
+    "WITH r AS (INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq) "
+    "INSERT INTO recall_results (recall_seq, entry_seq, rank, score) "
+    "SELECT r.seq, x.entry_seq, x.rank, x.score FROM r, "
+    "unnest(CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS DOUBLE PRECISION[])) AS x(entry_seq, rank, score)"
+)
+
+
 class Queries:
     def __init__(self, tx: Tx) -> None:
         self.tx = tx
@@ -524,10 +545,31 @@ class Queries:
         self, project_id: int, query: str, kind: str | None, limit: int, now: float
     ) -> list[tuple[Entry, float]]:
         hits = await self.index.search(project_id, query, kind, limit, now)
-        found = await self.entries_by_seqs([seq for seq, _ in hits])
+        seqs = [seq for seq, _ in hits]
+        found = await (self._recalled_entries(seqs) if self.tx.dialect == "postgres" else self.entries_by_seqs(seqs))
         # Defence in depth: the index holds trusted entries only, but recall
         # is the gate's door, so the entry's own state has the last word.
         return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
+
+    async def _recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
+        """`entries_by_seqs` in one statement (PostgreSQL): the rows, their
+        supports and contradictions (each in id order, as `attach` reads
+        them), one SQL text whatever the number of entries."""
+        if not seqs:
+            return {}
+        entries: dict[int, Entry] = {}
+        for row in await self.tx.all(RECALLED_ENTRIES, seqs):
+            entry = _entry(row)
+            entry.supports.extend(
+                Support(issuer=issuer, source=source, attestation_id=attestation_id, at=at)
+                for issuer, source, attestation_id, at in row["supports"] or ()
+            )
+            entry.contradictions.extend(
+                ContradictionRecord(by=by, detail=_load(detail), at=at, until=until)
+                for by, detail, at, until in row["contradictions"] or ()
+            )
+            entries[entry.seq] = entry
+        return entries
 
     async def insert_recall(
         self,
@@ -540,6 +582,23 @@ class Queries:
         results: list[tuple[Entry, float]],
         now: float,
     ) -> None:
+        if self.tx.dialect == "postgres":
+            # One statement, one SQL text: the recall and its results.
+            await self.tx.run(
+                INSERT_RECALL,
+                recall_id,
+                project_id,
+                principal,
+                query,
+                kind,
+                via,
+                len(results),
+                now,
+                [entry.seq for entry, _ in results],
+                list(range(len(results))),
+                [score for _, score in results],
+            )
+            return
         row = await self.tx.one(
             "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",

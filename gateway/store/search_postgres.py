@@ -28,11 +28,11 @@ Big projects.  `ts_rank` scores every row it is handed, one by one (about
 over a 100k-entry project ranked tens of thousands of rows (search p50 13-30
 ms, p99 0.2-0.5 s) and let rows full of common words crowd out the one that
 holds the rare word.  So a search ranks at most about `CANDIDATE_ROWS` rows,
-chosen from the table's own statistics (see `_gate`, `select`):
+chosen from the table's own statistics (see `estimate`, `select`):
 
 - A table of up to `CANDIDATE_ROWS` rows, or one whose matching rows are
   estimated at no more, or one without statistics yet, is ranked whole, in
-  the first statement, exactly as before: the evaluation's projects and the
+  one statement, exactly as before: the evaluation's projects and the
   tests' always take this path, with the very same results.
 - Otherwise the rows holding the query's rarest phrases are ranked (rarest
   per unit of weight first, until the estimate would pass the budget), with
@@ -51,10 +51,19 @@ The tsqueries are built once per statement (a MATERIALIZED CTE): in the
 generic plan PostgreSQL switches a prepared statement to after five runs,
 `to_tsquery(...)` in the score was otherwise parsed again for every row,
 which was most of the old p99.
+
+Round trips.  The table's size and statistics are cached per process and
+checked by the search's own first statement (see `TableStats`), and so are
+the lexemes of the question's phrases: a search is one statement when they
+are cached (two when a phrase was never seen, three when rare words must
+be filled up), where it used to be one or two of which the first read
+pg_stats.  The SQL texts do not depend on the values searched for (every
+list is one array parameter), so each is prepared once per connection.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
@@ -135,43 +144,149 @@ def _groups(plan: QueryPlan) -> list[tuple[int, list[str]]]:
     return sorted(by_weight.items(), reverse=True)
 
 
-# The first statement of every search ranks every matching row when that is
-# cheap, and otherwise says how many rows hold each phrase:
+# What a search needs to know before it picks its rows, cached per process
+# per (database, table) (`TableStats`, `_table_stats`):
 #
-# - `size`: the table's rows, from pg_class.reltuples (-1 before its first
+# - `rows`: the table's rows, from pg_class.reltuples (-1 before its first
 #   VACUUM or ANALYZE).  A table of up to CANDIDATE_ROWS rows, or one never
-#   analyzed, is ranked whole; nothing below is computed for it.
-# - `est`: the rows holding each phrase.  The phrase is stemmed as the index
-#   stems it, then looked up in the statistics ANALYZE keeps for the tsvector
-#   column (the share of rows holding each of its ~1000 most common lexemes,
-#   a sample that autovacuum refreshes as the table grows).  A lexeme missing
-#   from that list is rarer than the rarest listed one: like the planner,
-#   count it at half that share.  A phrase of several lexemes ("it's")
-#   matches at most as often as its rarest; one of stop words only, never.
-# - `gate`: rank at once when the table is small or the phrases together hold
-#   at most CANDIDATE_ROWS rows; otherwise the estimates come back instead
-#   (with no share at all when the table has no statistics yet).
-SIZE = "size AS MATERIALIZED (SELECT COALESCE(MAX(c.reltuples), -1) AS n FROM pg_class c WHERE c.oid = to_regclass(?))"
-STATS = (
-    "st AS MATERIALIZED (SELECT CAST(CAST(s.most_common_elems AS TEXT) AS TEXT[]) AS elems, "
-    "s.most_common_elem_freqs AS freqs FROM pg_stats s "
-    "WHERE s.schemaname = current_schema() AND s.tablename = ? AND s.attname = 'tsv')"
+#   analyzed, is ranked whole; nothing below is read for it.
+# - `shares`: the statistics ANALYZE keeps for the tsvector column: the share
+#   of rows holding each of its ~1000 most common lexemes, a sample that
+#   autovacuum refreshes as the table grows.  A lexeme missing from that
+#   list is rarer than the rarest listed one: like the planner, count it at
+#   half that share (`unlisted`).
+#
+# Reading them costs about 0.2 ms of a statement (pg_stats, and its array of
+# lexemes cast to text[]) that every search of a big table paid.  Cached,
+# they are checked instead: the first statement of a search also returns the
+# table's `token` (its oid, reltuples and how many times it was analyzed,
+# microseconds to read), and when that is not the token of the cached
+# statistics (a VACUUM or ANALYZE ran since), they are read again and the
+# search starts over with them; so a search picks its rows from the
+# statistics it would have read itself.  STATS_SECONDS bounds how long a
+# cached answer is trusted at all (an ANALYZE that commits while they are
+# read could leave a token newer than the statistics).  The cache is keyed
+# by the driver's `cache_key` (the database's URL and oid); without one (a
+# Tx made outside the driver) nothing is cached.
+STATS_SECONDS = 60.0
+STATS_TABLES = 512  # tables whose statistics are held at most (the oldest go first)
+STEMS = 20_000  # phrases whose lexemes are held at most
+
+TOKEN = (
+    "(SELECT COALESCE(MAX(CONCAT(c.oid, ':', c.reltuples, ':', "
+    "pg_stat_get_analyze_count(c.oid) + pg_stat_get_autoanalyze_count(c.oid))), '') "
+    "FROM pg_class c WHERE c.oid = to_regclass(?))"
 )
-EST = (
-    "est AS MATERIALIZED (SELECT u.i AS i, COUNT(l) AS lexemes, "
-    "MIN(COALESCE(st.freqs[array_position(st.elems, l)], st.freqs[array_length(st.elems, 1) + 1] / 2)) AS share "
-    "FROM unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS u(phrase, i) "
-    f"LEFT JOIN LATERAL unnest(tsvector_to_array(to_tsvector('{CONFIG}', u.phrase))) AS l ON true "
-    "LEFT JOIN st ON true GROUP BY u.i)"
+STATS_SQL = (
+    "WITH size AS MATERIALIZED (SELECT COALESCE(MAX(c.reltuples), -1) AS n FROM pg_class c WHERE c.oid = to_regclass(?)) "
+    f"SELECT size.n AS n, {TOKEN} AS token, st.elems AS elems, st.freqs AS freqs FROM size LEFT JOIN LATERAL ("
+    "SELECT CAST(CAST(s.most_common_elems AS TEXT) AS TEXT[]) AS elems, s.most_common_elem_freqs AS freqs "
+    f"FROM pg_stats s WHERE size.n > {int(CANDIDATE_ROWS)} AND s.schemaname = current_schema() "
+    "AND s.tablename = ? AND s.attname = 'tsv') st ON true"
+)
+# A phrase's lexemes as the index stems them ("it's" holds two; stop words
+# none), and the table's token.
+STEMS_SQL = (
+    f"SELECT u.i AS i, tsvector_to_array(to_tsvector('{CONFIG}', u.phrase)) AS lexemes, {TOKEN} AS token "
+    "FROM unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS u(phrase, i)"
 )
 
 
-def _gate(budget: int) -> str:
-    return (
-        f"gate AS MATERIALIZED (SELECT CASE WHEN (SELECT n FROM size) <= {int(budget)} THEN true "
-        "ELSE COALESCE((SELECT SUM(CASE WHEN lexemes = 0 THEN 0 ELSE share END) FROM est) "
-        f"* (SELECT n FROM size) <= {int(budget)}, false) END AS whole)"
-    )
+@dataclass(frozen=True)
+class TableStats:
+    rows: float  # pg_class.reltuples; -1 before the first VACUUM or ANALYZE
+    token: str  # what changes when a VACUUM or ANALYZE changes the above ('' for no such table)
+    shares: dict[str, float] | None  # lexeme -> share of rows holding it; None: no statistics (or not read)
+    unlisted: float = 0.0  # the share counted for a lexeme not in `shares`
+
+
+_clock = time.monotonic
+_stats: dict[tuple[str, str], tuple[float, TableStats]] = {}
+_stems: dict[tuple[str, str], tuple[str, ...]] = {}
+
+
+def forget() -> None:
+    """Drop every cached statistic and stem (tests; nothing else needs to)."""
+    _stats.clear()
+    _stems.clear()
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any, most: int) -> None:
+    cache.pop(key, None)
+    if len(cache) >= most:
+        cache.pop(next(iter(cache)), None)  # the oldest entry
+    cache[key] = value
+
+
+async def _table_stats(tx: Any, name: str, *, cached: bool = True) -> tuple[TableStats, bool]:
+    """The table's statistics, and whether they were read just now (False:
+    from the cache, to be checked against the table's token)."""
+    key = getattr(tx, "cache_key", None)
+    now = _clock()
+    if cached and key is not None:
+        hit = _stats.get((key, name))
+        if hit is not None and hit[0] > now:
+            return hit[1], False
+    row = await tx.one(STATS_SQL, name, name, name)
+    assert row is not None
+    rows, token, elems, freqs = float(row["n"]), str(row["token"]), row["elems"], row["freqs"]
+    stats = TableStats(rows, token, None)
+    # The frequencies list one share per lexeme, then the smallest and the
+    # largest of them.
+    if elems is not None and freqs is not None and len(freqs) > len(elems):
+        stats = TableStats(rows, token, dict(zip(elems, (float(f) for f in freqs))), float(freqs[len(elems)]) / 2)
+    if key is not None:
+        _remember(_stats, (key, name), (now + STATS_SECONDS, stats), STATS_TABLES)
+    return stats, True
+
+
+async def _lexemes(tx: Any, texts: Sequence[str], name: str) -> tuple[dict[str, tuple[str, ...]], str | None]:
+    """Each text's lexemes, as `to_tsvector` gives them (cached per database:
+    stemming depends on the server's dictionaries alone), and the token of
+    table `name` when a statement had to be run (None when every text was
+    cached)."""
+    key = getattr(tx, "cache_key", None)
+    found: dict[str, tuple[str, ...]] = {}
+    missing: list[str] = []
+    for text in texts:
+        hit = _stems.get((key, text)) if key is not None else None
+        if hit is not None:
+            found[text] = hit
+        elif text not in missing:
+            missing.append(text)
+    if not missing:
+        return found, None
+    token = None
+    for row in await tx.all(STEMS_SQL, name, missing):
+        lexemes = tuple(row["lexemes"] or ())
+        text = missing[int(row["i"]) - 1]
+        found[text] = lexemes
+        token = str(row["token"])
+        if key is not None:
+            _remember(_stems, (key, text), lexemes, STEMS)
+    return found, token
+
+
+def estimate(
+    phrases: Sequence[Phrase], lexemes: dict[str, tuple[str, ...]], stats: TableStats, budget: int | None = None
+) -> dict[str, float] | None:
+    """The estimated rows holding each phrase, or None to rank every
+    matching row: the table is small, has no statistics yet, or the phrases
+    together hold at most `budget` rows.  A phrase matches at most as often
+    as its rarest lexeme; one of stop words only, never.  The arithmetic is
+    the SQL's this replaced (shares widened from real to double, summed in
+    the phrases' order, times the table's rows)."""
+    budget = CANDIDATE_ROWS if budget is None else budget
+    if stats.rows <= budget or stats.shares is None:
+        return None
+    shares = stats.shares
+    each: list[tuple[str, float]] = []
+    for phrase in phrases:
+        held = lexemes.get(phrase.text, ())
+        each.append((phrase.text, min(shares.get(lex, stats.unlisted) for lex in held) if held else 0.0))
+    if sum(share for _, share in each) * stats.rows <= budget:
+        return None
+    return {text: share * stats.rows for text, share in each}
 
 
 @dataclass(frozen=True)
@@ -270,44 +385,27 @@ class _Ranked:
         where = f"r.tsv @@ to_tsquery('{CONFIG}', ?) AND {self.live}"
         return self._branch(source, where, [tsquery_text(phrases), *self.live_args])
 
-    async def first(
-        self, tx: Any, phrases: Sequence[Phrase], wanted: int
-    ) -> tuple[list[Candidate] | None, dict[str, float] | None, float]:
-        """The best rows when ranking every match is cheap (see `_gate`);
-        otherwise the estimated rows holding each phrase, and the table's
-        rows (no estimates when the table has no statistics yet)."""
-        exact, exact_args = self.matching()
-        sql = (
-            f"{self.head}, {SIZE}, {STATS}, {EST}, {_gate(CANDIDATE_ROWS)} "
-            "(SELECT *, NULL::BIGINT AS i, NULL::BIGINT AS lexemes, NULL::DOUBLE PRECISION AS share, NULL::REAL AS n "
-            f"FROM ({exact} AND (SELECT whole FROM gate) ORDER BY score DESC, seq DESC LIMIT ?) best) "
-            "UNION ALL (SELECT NULL::BIGINT, NULL::TEXT, NULL::DOUBLE PRECISION, est.i, est.lexemes, est.share, "
-            "(SELECT n FROM size) FROM est WHERE NOT (SELECT whole FROM gate))"
-        )
-        args = [*self.head_args, self.name, self.name, [p.text for p in phrases], *exact_args, wanted]
-        rows = await tx.all(sql, *args)
-        if not rows or rows[0]["i"] is None:
-            return [Candidate(int(r["seq"]), float(r["score"]), str(r["kind"])) for r in rows], None, 0.0
-        estimates: dict[str, float] = {}
-        table_rows = float(rows[0]["n"])
-        for row in rows:
-            phrase = phrases[int(row["i"]) - 1]
-            if not row["lexemes"]:
-                estimates[phrase.text] = 0.0  # stop words only: it matches nothing
-            elif row["share"] is None:
-                return None, None, table_rows  # no statistics yet
-            else:
-                estimates[phrase.text] = float(row["share"]) * table_rows
-        return None, estimates, table_rows
-
     async def best(self, tx: Any, branches: list[Branch], wanted: int) -> list[Candidate]:
         """The `wanted` best rows of the branches' rows, best first."""
+        return (await self.best_and_token(tx, branches, wanted, token=False))[0]
+
+    async def best_and_token(
+        self, tx: Any, branches: list[Branch], wanted: int, *, token: bool = True
+    ) -> tuple[list[Candidate], str | None]:
+        """`best`, and (token=True) the table's token from the same statement
+        (None when there was no statement to run)."""
         if not branches:
-            return []
-        sql = f"{self.head} " + " UNION ".join(f"({b})" if len(branches) > 1 else b for b, _ in branches)
-        sql += " ORDER BY score DESC, seq DESC LIMIT ?"
+            return [], None
+        ranked = " UNION ".join(f"({b})" if len(branches) > 1 else b for b, _ in branches)
+        ranked += " ORDER BY score DESC, seq DESC LIMIT ?"
         args = [*self.head_args, *(a for _, branch_args in branches for a in branch_args), wanted]
-        return [Candidate(int(r["seq"]), float(r["score"]), str(r["kind"])) for r in await tx.all(sql, *args)]
+        if token:
+            # One more row: the token (never a ranked row: its seq is NULL).
+            ranked = f"SELECT best.*, NULL AS token FROM ({ranked}) best UNION ALL SELECT NULL, NULL, NULL, {TOKEN}"
+            args.append(self.name)
+        rows = await tx.all(f"{self.head} {ranked}", *args)
+        found = [Candidate(int(r["seq"]), float(r["score"]), str(r["kind"])) for r in rows if r["seq"] is not None]
+        return found, next((str(r["token"]) for r in rows if r["seq"] is None), None) if token else None
 
 
 class PostgresFtsIndex:
@@ -361,13 +459,40 @@ class PostgresFtsIndex:
         # boost can lift an entry ranked just below the cut.
         wanted = max(limit, min(ranking.candidates, limit * 3))
         phrases = tuple(p for p in plan.phrases if lexeme(p.text, p.prefix) is not None)
-        candidates, estimates, table_rows = await ranked.first(self.tx, phrases, wanted)
-        if candidates is not None:  # a small table, ranked whole
-            return rerank(candidates, plan, ranking, limit)
-        selection = select(phrases, estimates, table_rows) if estimates is not None else None
-        if selection is None:  # few matching rows, or no statistics yet: rank them all
-            candidates = await ranked.best(self.tx, [ranked.matching()], wanted)
-            return rerank(candidates, plan, ranking, limit)
+        stats, current = await _table_stats(self.tx, ranked.name)
+        candidates = await self._candidates(ranked, phrases, stats, None if current else stats.token, wanted)
+        if candidates is None:  # the cached statistics are out of date: read them, start over
+            stats, _ = await _table_stats(self.tx, ranked.name, cached=False)
+            candidates = await self._candidates(ranked, phrases, stats, None, wanted)
+        assert candidates is not None
+        return rerank(candidates, plan, ranking, limit)
+
+    async def _candidates(
+        self, ranked: _Ranked, phrases: tuple[Phrase, ...], stats: TableStats, expected: str | None, wanted: int
+    ) -> list[Candidate] | None:
+        """The candidates, picked with `stats`; None if `expected` (the token
+        of cached statistics, None once checked) is not the table's token."""
+
+        def stale(token: str | None) -> bool:
+            nonlocal expected
+            if token is None or expected is None:
+                return False
+            if token != expected:
+                return True
+            expected = None  # checked
+            return False
+
+        estimates = None
+        if stats.rows > CANDIDATE_ROWS and stats.shares is not None:
+            lexemes, token = await _lexemes(self.tx, [p.text for p in phrases], ranked.name)
+            if stale(token):
+                return None
+            estimates = estimate(phrases, lexemes, stats)
+        selection = select(phrases, estimates, stats.rows) if estimates is not None else None
+        if selection is None:  # a small table, few matching rows, or no statistics yet: rank them all
+            every = [ranked.matching()]
+            candidates, token = await ranked.best_and_token(self.tx, every, wanted, token=expected is not None)
+            return None if stale(token) else candidates
         branches = [ranked.holding(selection.rare)] if selection.rare else []
         common: list[Branch] = []
         if selection.common:
@@ -377,7 +502,9 @@ class PostgresFtsIndex:
         if selection.now:
             branches += common
             common = []
-        candidates = await ranked.best(self.tx, branches, wanted)
+        candidates, token = await ranked.best_and_token(self.tx, branches, wanted, token=expected is not None)
+        if stale(token):
+            return None
         if common and len(candidates) < wanted:
             # The rare words held fewer rows than estimated (a word missing
             # from the statistics may hold none): fill up with the rows of
@@ -385,4 +512,4 @@ class PostgresFtsIndex:
             seen = {c.seq for c in candidates}
             more = [c for c in await ranked.best(self.tx, common, wanted) if c.seq not in seen]
             candidates += below(more, candidates)[: wanted - len(candidates)]
-        return rerank(candidates, plan, ranking, limit)
+        return candidates
