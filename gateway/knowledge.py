@@ -88,7 +88,7 @@ class WriteLimits:
     events_per_hour: int = 1200
 
 
-def _over_budget(what: str, principal: str, limit: int, count: int, oldest: float | None, now: float) -> RateLimited | None:
+def over_budget(what: str, principal: str, limit: int, count: int, oldest: float | None, now: float) -> RateLimited | None:
     if count < limit:
         return None
     retry = trust.rate_limit_retry_after(oldest, now)
@@ -192,7 +192,7 @@ class Knowledge:
                 if via != "learn":
                     return
                 count, oldest = await q.count_learns_since(project.id, principal.name, now - HOUR)
-                refusal = _over_budget("learns", principal.name, self.limits.learn_per_hour, count, oldest, now)
+                refusal = over_budget("learns", principal.name, self.limits.learn_per_hour, count, oldest, now)
                 if refusal is not None:
                     raise refusal
 
@@ -319,7 +319,7 @@ class Knowledge:
 
         async def unit(q: Queries) -> tuple[str, _ContradictOutcome | None]:
             count, oldest = await q.count_events_since(project.id, principal.name, now - HOUR)
-            refusal = _over_budget("events", principal.name, self.limits.events_per_hour, count, oldest, now)
+            refusal = over_budget("events", principal.name, self.limits.events_per_hour, count, oldest, now)
             if refusal is not None:
                 raise refusal
             if target is None:

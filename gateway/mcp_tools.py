@@ -180,7 +180,6 @@ def register_tools(server: Any, hub: Any, caller: Caller) -> None:
         """
         principal = await caller()
         try:
-            require(principal, "write", "learn")
             entry, duplicate = await hub.knowledge.learn(principal, kind, statement, evidence, ttl_days=ttl_days)
         except GatewayError as exc:
             raise _tool_error(exc) from None
@@ -201,7 +200,6 @@ def register_tools(server: Any, hub: Any, caller: Caller) -> None:
         """
         principal = await caller()
         try:
-            require(principal, "read", "recall_used")
             await hub.recall.used(principal, recall_id, entry_id)
         except GatewayError as exc:
             raise _tool_error(exc) from None

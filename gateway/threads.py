@@ -11,12 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway import trust
 from gateway.clock import HOUR, Clock
-from gateway.errors import Invalid, RateLimited
+from gateway.errors import Invalid
 from gateway.extraction import extract
 from gateway.ids import new_id
-from gateway.knowledge import Knowledge, require, validate_text
+from gateway.knowledge import Knowledge, over_budget, require, validate_text
 from gateway.model import Principal
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
@@ -71,13 +70,9 @@ class Threads:
             # A message is an agent event like any other: the same hourly
             # budget keeps a loop from flooding the review queue.
             count, oldest = await q.count_thread_messages_since(project_id, principal.name, now - HOUR)
-            if count >= limit:
-                retry = trust.rate_limit_retry_after(oldest, now)
-                raise RateLimited(
-                    f"{principal.name} has posted {limit} thread messages this hour; retry in {retry} s",
-                    code="rate_limited",
-                    retry_after=retry,
-                )
+            refusal = over_budget("thread messages", principal.name, limit, count, oldest, now)
+            if refusal is not None:
+                raise refusal
             await q.insert_thread_message(message_id, project_id, thread_id, author, text, principal.name, now)
 
         await self.driver.write(store)

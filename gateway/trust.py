@@ -172,10 +172,6 @@ def rate_limit_retry_after(oldest_in_window: float | None, now: float) -> int:
     return max(1, int(oldest_in_window + HOUR - now) + 1)
 
 
-def needs_retirement(state: str, expires_at: float | None, now: float) -> bool:
-    return state in ("candidate", "trusted") and is_expired(expires_at, now)
-
-
 def normalise_statement(statement: str) -> str:
     """Case and white space do not make a new fact."""
     return " ".join(statement.casefold().split())
