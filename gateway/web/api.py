@@ -15,7 +15,7 @@ from starlette.routing import Route
 from gateway.clock import parse_rfc3339, to_rfc3339
 from gateway.errors import Invalid
 from gateway.knowledge import decode_cursor, encode_cursor, require
-from gateway.web.inputs import json_body, principal_for, query_int, query_str
+from gateway.web.inputs import bearer, json_body, principal_for, query_int, query_str, raw_body
 from gateway.web.responses import JSONResponse
 
 
@@ -45,7 +45,13 @@ async def create_entry(request: Request) -> Response:
         ttl_days=body.get("ttl_days"),
         expires_at=expires_at,
     )
-    payload = entry.to_json(_now(request))
+    return created_entry(entry, duplicate, _now(request))
+
+
+def created_entry(entry: Any, duplicate: bool, now: float) -> Response:
+    """201 with the new entry, or 200 with `duplicate: true` when the statement
+    was already a live entry (learn and a proposal's approval answer alike)."""
+    payload = entry.to_json(now)
     if duplicate:
         payload["duplicate"] = True
         return JSONResponse(payload, status_code=200)
@@ -122,22 +128,36 @@ async def recall_used(request: Request) -> Response:
     return Response(status_code=204)
 
 
+async def audit_page(
+    hub: Any, project_id: int, *, entry_id: str | None, action: str | None, cursor: str | None, limit: int
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the audit ledger, newest first: (rows, the next page's
+    cursor or None).  Shared by this route and the dashboard's Audit tab."""
+    before = decode_cursor(cursor)
+    rows = await hub.driver.read(
+        lambda q: q.audit_rows(project_id, entry_id=entry_id, action=action, before_id=before, limit=limit + 1)
+    )
+    next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
 async def audit(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "owner", "reading the audit ledger")
     limit = query_int(request, "limit", 100, 1, 500)
-    entry_id = query_str(request, "entry", 100)
-    action = query_str(request, "action", 40)
-    before = decode_cursor(query_str(request, "cursor", 64))
-    rows = await _hub(request).driver.read(
-        lambda q: q.audit_rows(principal.project.id, entry_id=entry_id, action=action, before_id=before, limit=limit + 1)
+    rows, next_cursor = await audit_page(
+        _hub(request),
+        principal.project.id,
+        entry_id=query_str(request, "entry", 100),
+        action=query_str(request, "action", 40),
+        cursor=query_str(request, "cursor", 64),
+        limit=limit,
     )
-    next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
     return JSONResponse(
         {
             "rows": [
                 {"at": to_rfc3339(r["at"]), "action": r["action"], "entry_id": r["entry_id"], "actor": r["actor"], "detail": r["detail"]}
-                for r in rows[:limit]
+                for r in rows
             ],
             "next_cursor": next_cursor,
         }
@@ -163,8 +183,6 @@ async def playbook(request: Request) -> Response:
     accounts = _hub(request).accounts
     if request.method == "PUT":
         require(principal, "owner", "editing the playbook")
-        from gateway.web.inputs import raw_body
-
         raw = await raw_body(request, 64 * 1024)
         try:
             text = raw.decode("utf-8")
@@ -178,8 +196,6 @@ async def playbook(request: Request) -> Response:
 async def whoami(request: Request) -> Response:
     """Who a token is: its project, principal and level (for clients such as
     `relayroom recall` that hold only a token and need the project's path)."""
-    from gateway.web.inputs import bearer
-
     principal = await _hub(request).accounts.authenticate(bearer(request))
     return JSONResponse({"project": principal.project.slug, "principal": principal.name, "level": principal.level})
 

@@ -20,8 +20,8 @@ from starlette.staticfiles import StaticFiles
 
 from gateway import trust
 from gateway.errors import Conflict, Forbidden, GatewayError, Unauthorized
-from gateway.knowledge import decode_cursor, encode_cursor
 from gateway.tokens import digest
+from gateway.web.api import audit_page
 from gateway.web.dashboard_base import (
     context,
     owner_post,
@@ -153,7 +153,7 @@ async def knowledge(request: Request) -> Response:
     entries, next_cursor = await hub.knowledge.list(
         principal, state=state, kind=kind, limit=PAGE_SIZE, cursor=cursor, text=text
     )
-    project = await hub.accounts.project(principal.project.slug)
+    project = principal.project
     now = hub.clock.now()
     counts = await hub.driver.read(lambda q: q.count_entries(project.id, now))
     ctx = await context(
@@ -179,7 +179,7 @@ async def entry_page(request: Request) -> Response:
     session = await owner_session(request)
     principal = session.principal
     entry = await hub.knowledge.get(principal, request.path_params["entry_id"])
-    project = await hub.accounts.project(principal.project.slug)
+    project = principal.project
     now = hub.clock.now()
 
     async def unit(q: Any) -> tuple[list[dict[str, Any]], tuple[int, int]]:
@@ -256,20 +256,17 @@ async def refute(request: Request) -> Response:
 async def audit(request: Request) -> Response:
     hub = _hub(request)
     session = await owner_session(request)
-    project = session.principal.project
     entry_id = query_str(request, "entry", 100)
     action = query_str(request, "action", 40)
     cursor = query_str(request, "cursor", 64)
-    before = decode_cursor(cursor)
-    rows = await hub.driver.read(
-        lambda q: q.audit_rows(project.id, entry_id=entry_id, action=action, before_id=before, limit=AUDIT_PAGE_SIZE + 1)
+    rows, next_cursor = await audit_page(
+        hub, session.principal.project.id, entry_id=entry_id, action=action, cursor=cursor, limit=AUDIT_PAGE_SIZE
     )
-    next_cursor = encode_cursor(rows[AUDIT_PAGE_SIZE - 1]["id"]) if len(rows) > AUDIT_PAGE_SIZE else None
     ctx = await context(
         request,
         session,
         "audit",
-        rows=rows[:AUDIT_PAGE_SIZE],
+        rows=rows,
         next_cursor=next_cursor,
         filters={"entry": entry_id or "", "action": action or ""},
         actions=AUDIT_ACTIONS,

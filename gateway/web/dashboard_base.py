@@ -61,7 +61,10 @@ def redirect(url: str) -> Response:
 
 
 async def owner_session(request: Request) -> Session:
-    """The session of the owner of the project in the path, or sign-in."""
+    """The session of the owner of the project in the path, or sign-in.
+
+    Its principal's project (settings included) was read with the token row
+    in this request: pages use it rather than reading the project again."""
     session = await load_session(request)
     if session is None:
         raise SignInNeeded()

@@ -87,7 +87,7 @@ async def reject(request: Request) -> Response:
 async def checks(request: Request) -> Response:
     hub = _hub(request)
     session = await owner_session(request)
-    project = await hub.accounts.project(session.principal.project.slug)
+    project = session.principal.project
     report = await checks_report(hub.driver, project, hub.clock.now(), hub.extensions.get("checkmaps"))
     ctx = await context(request, session, "checks", report=report, outcomes=OUTCOMES)
     return page("checks.html", ctx)
@@ -136,7 +136,7 @@ async def learning(request: Request) -> Response:
 async def playbook(request: Request) -> Response:
     hub = _hub(request)
     session = await owner_session(request)
-    project = await hub.accounts.project(session.principal.project.slug)
+    project = session.principal.project
     now = hub.clock.now()
 
     async def unit(q: Any) -> tuple[str, int]:
@@ -163,7 +163,7 @@ async def save_playbook(request: Request) -> Response:
 async def settings(request: Request) -> Response:
     hub = _hub(request)
     session = await owner_session(request)
-    project = await hub.accounts.project(session.principal.project.slug)
+    project = session.principal.project
     values = project.settings.to_json()
     fields = [
         {
@@ -185,7 +185,7 @@ async def settings(request: Request) -> Response:
 async def save_settings(request: Request) -> Response:
     hub = _hub(request)
     session, fields = await owner_post(request)
-    project = await hub.accounts.project(session.principal.project.slug)
+    project = session.principal.project
     current = project.settings.to_json()
     changes: dict[str, Any] = {}
     for name, (kind, _, _, wanted) in SETTING_RULES.items():

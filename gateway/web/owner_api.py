@@ -13,6 +13,7 @@ from gateway.knowledge import require
 from gateway.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.proposals import proposals_for
 from gateway.threads import Threads
+from gateway.web.api import created_entry
 from gateway.web.inputs import json_body, principal_for, query_int, query_str
 from gateway.web.responses import JSONResponse
 
@@ -61,11 +62,7 @@ async def approve(request: Request) -> Response:
     require(principal, "owner", "approving a proposal")
     await json_body(request, allow_empty=True)
     entry, duplicate = await proposals_for(_hub(request)).approve(principal, request.path_params["proposal_id"])
-    payload = entry.to_json(_hub(request).clock.now())
-    if duplicate:
-        payload["duplicate"] = True
-        return JSONResponse(payload, status_code=200)
-    return JSONResponse(payload, status_code=201)
+    return created_entry(entry, duplicate, _hub(request).clock.now())
 
 
 async def reject(request: Request) -> Response:
