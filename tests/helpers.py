@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from typing import Any
 
 import httpx
@@ -11,6 +13,20 @@ from gateway.model import Support
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[Any], deadline: float) -> None:
+    """Poll `url`/healthz until it answers 200; fail if `proc` exits first or
+    `deadline` (a time.monotonic() value) passes."""
+    while True:
+        assert proc.poll() is None, f"the gateway process behind {url} exited at start"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"the gateway at {url} did not come up"
+        time.sleep(0.1)
 
 
 async def learn(client: httpx.AsyncClient, slug: str, token: str, statement: str, kind: str = "fact", **extra: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.helpers import wait_healthy
 
 
 def relayroom(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -44,16 +45,7 @@ def served(cli_env: dict[str, str]) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError("relayroom serve did not come up")
-            time.sleep(0.1)
+        wait_healthy(url, proc, time.monotonic() + 20)
         yield url
     finally:
         proc.terminate()
@@ -157,15 +149,7 @@ def test_quickstart_creates_demo_and_serves(tmp_path: Path) -> None:
         agent = next(line.split()[-1] for line in lines if "agent token" in line)
         assert (tmp_path / "relayroom.db").exists() and (tmp_path / "checkmaps" / "demo.yaml").exists()
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        wait_healthy(url, proc, time.monotonic() + 20)
         r = httpx.post(f"{url}/v1/projects/demo/entries", json={"kind": "fact", "statement": "Quickstart works."},
                        headers={"Authorization": f"Bearer {agent}"})
         assert r.status_code == 201

@@ -25,6 +25,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import free_port
+from tests.helpers import wait_healthy
 
 
 def _env(database_url: str, tmp_path: Path) -> dict[str, str]:
@@ -70,15 +71,7 @@ def two_gateways(database_url: str, tmp_path: Path) -> Iterator[tuple[list[str],
             urls.append(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 30
         for url, proc in zip(urls, procs):
-            while True:
-                assert proc.poll() is None, "a gateway process exited at start"
-                try:
-                    if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "a gateway process did not start"
-                time.sleep(0.1)
+            wait_healthy(url, proc, deadline)
         yield urls, tokens
     finally:
         for proc in procs:
