@@ -167,7 +167,9 @@ def test_systemd_unit_is_hardened() -> None:
     assert service["ProtectSystem"] == "strict" and service["NoNewPrivileges"] == "yes"
     assert service["CapabilityBoundingSet"] == "" and service["PrivateTmp"] == "yes"
     assert " serve " in service["ExecStart"] + " " and "127.0.0.1" in service["ExecStart"]
-    assert "/var/lib/relayroom/" in service["Environment"] or "StateDirectory" in service
+    # The SQLite store lives in the state directory (the parser keeps only the last Environment= line).
+    environment = re.findall(r"^Environment=(.*)$", (DEPLOY / "relayroom.service").read_text(), re.MULTILINE)
+    assert any(e.startswith("RELAYROOM_DATABASE_URL=sqlite:////var/lib/relayroom/") for e in environment), environment
     assert unit()["Install"]["WantedBy"] == "multi-user.target"
 
 
