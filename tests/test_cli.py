@@ -121,6 +121,21 @@ def test_sweep_prints_count(cli_env: dict[str, str]) -> None:
     assert relayroom("sweep", env=cli_env).stdout.strip().splitlines()[-1] == "0"
 
 
+def test_defaults_are_the_contracts_and_the_settings_table_agrees() -> None:
+    from dataclasses import fields
+
+    from gateway.config import SETTINGS, Config
+
+    config = Config.from_env({})
+    assert (config.database_url, config.checkmaps, config.audience) == ("sqlite:///./relayroom.db", "./checkmaps", "relayroom")
+    assert (config.host, config.port, config.allow_insecure_issuers) == ("127.0.0.1", 8750, False)
+    assert config.github_webhook_secret is None and config.secret_key is None
+    # The table (env, docs) and the dataclass (code) hold each default once each: they must agree.
+    assert {s.name for s in SETTINGS} == {f.name for f in fields(Config)} - {"extra"}
+    for setting in SETTINGS:
+        assert getattr(Config(), setting.name) == setting.default, setting.name
+
+
 def test_bad_database_url(cli_env: dict[str, str]) -> None:
     env = {**cli_env, "RELAYROOM_DATABASE_URL": "mysql://x"}
     result = relayroom("sweep", env=env, check=False)
