@@ -274,10 +274,6 @@ def identifier_parts(text: str) -> str:
     return " ".join(pieces)
 
 
-def with_changes(ranking: Ranking, **changes: object) -> Ranking:
-    return replace(ranking, **changes)  # type: ignore[arg-type]
-
-
 DEFAULT_RANKING = Ranking()
 
 # The rankings the evaluation reports, from the floor up.

@@ -8,7 +8,7 @@ import contextlib
 import os
 import threading
 import uuid
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 from urllib.parse import urlparse, urlunparse
 
 import pytest
@@ -68,3 +68,18 @@ def fresh_database() -> Iterator[str]:
     finally:
         with contextlib.suppress(Exception):
             _run(_admin(base, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@contextlib.asynccontextmanager
+async def open_postgres(options: str = "") -> AsyncIterator[Any]:
+    """A `PostgresDriver` opened on a fresh database (`options`: the URL's
+    query string, e.g. "?pool_max=2"), closed and dropped afterwards."""
+    from gateway.store.postgres import PostgresDriver
+
+    with fresh_database() as url:
+        driver = PostgresDriver(url + options)
+        await driver.open()
+        try:
+            yield driver
+        finally:
+            await driver.close()

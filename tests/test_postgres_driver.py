@@ -21,7 +21,7 @@ from gateway.search import DEFAULT_RANKING
 from gateway.store.postgres import PostgresDriver, _plain, affected_rows, redact, split_url, to_dollar_params
 from gateway.store.search_postgres import lexeme, rank_weights
 from tests.conftest import ProjectTokens, free_port
-from tests.pg import fresh_database
+from tests.pg import open_postgres
 
 # -- pure helpers -----------------------------------------------------------------
 
@@ -85,13 +85,8 @@ def test_rank_weights_are_scaled_into_range() -> None:
 
 @pytest.fixture
 async def driver() -> AsyncIterator[PostgresDriver]:
-    with fresh_database() as url:
-        d = PostgresDriver(url + "?statement_timeout_ms=1500&pool_max=4")
-        await d.open()
-        try:
-            yield d
-        finally:
-            await d.close()
+    async with open_postgres("?statement_timeout_ms=1500&pool_max=4") as d:
+        yield d
 
 
 async def test_schema_is_applied_once_and_reopening_changes_nothing(driver: PostgresDriver) -> None:

@@ -248,16 +248,10 @@ async def test_without_the_driver_method_a_read_then_write_is_a_read_and_a_write
 
 @pytest.fixture
 async def driver() -> Any:
-    from gateway.store.postgres import PostgresDriver
-    from tests.pg import fresh_database
+    from tests.pg import open_postgres
 
-    with fresh_database() as url:
-        d = PostgresDriver(url + "?pool_max=2")
-        await d.open()
-        try:
-            yield d
-        finally:
-            await d.close()
+    async with open_postgres("?pool_max=2") as d:
+        yield d
 
 
 async def test_a_read_then_write_is_one_snapshot_and_one_non_durable_commit(driver: Any) -> None:
@@ -286,21 +280,15 @@ async def test_a_read_then_write_is_one_snapshot_and_one_non_durable_commit(driv
 
 
 async def test_each_database_has_its_own_cache_key(driver: Any) -> None:
-    from gateway.store.postgres import PostgresDriver
-    from tests.pg import fresh_database
+    from tests.pg import open_postgres
 
     assert driver.cache_key and driver.cache_key.startswith(driver.url + "#")
     async def key(q: Any) -> str:
         return str(q.tx.cache_key)
 
     assert await driver.read(key) == driver.cache_key
-    with fresh_database() as url:
-        other = PostgresDriver(url)
-        await other.open()
-        try:
-            assert other.cache_key and other.cache_key != driver.cache_key
-        finally:
-            await other.close()
+    async with open_postgres() as other:
+        assert other.cache_key and other.cache_key != driver.cache_key
 
 
 def _count_round_trips(monkeypatch: Any) -> list[str]:

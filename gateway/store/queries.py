@@ -446,13 +446,19 @@ class Queries:
     async def demotions_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
         # The count decides whether one more demotion passes: two refutes at
         # once on two processes must not both see the last free slot.
-        await self.serialize(f"demotions:{project_id}:{principal}")
-        row = await self.tx.one(
+        return await self._count_since(
+            f"demotions:{project_id}:{principal}",
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM contradictions WHERE project_id = ? AND by_principal = ? AND at > ?",
             project_id,
             principal,
             since,
         )
+
+    async def _count_since(self, lock: str, sql: str, *args: Any) -> tuple[int, float | None]:
+        """`sql`'s count `n` and its `oldest` time, with the lock named `lock`
+        held (`serialize`) until the transaction ends: the count decides."""
+        await self.serialize(lock)
+        row = await self.tx.one(sql, *args)
         return (int(row["n"]), row["oldest"]) if row else (0, None)
 
     async def mark_rate_limited(self, project_id: int, principal: str, kind: str, now: float) -> bool:
@@ -519,25 +525,23 @@ class Queries:
         )
 
     async def count_learns_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
-        await self.serialize(f"budget:learns:{project_id}:{principal}")  # the count decides; hold it across processes
-        row = await self.tx.one(
+        return await self._count_since(
+            f"budget:learns:{project_id}:{principal}",
             "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM entries "
             "WHERE project_id = ? AND created_by = ? AND created_at > ? AND created_via = 'learn'",
             project_id,
             principal,
             since,
         )
-        return (int(row["n"]), row["oldest"]) if row else (0, None)
 
     async def count_events_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
-        await self.serialize(f"budget:events:{project_id}:{principal}")  # the count decides; hold it across processes
-        row = await self.tx.one(
+        return await self._count_since(
+            f"budget:events:{project_id}:{principal}",
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM events WHERE project_id = ? AND principal = ? AND at > ?",
             project_id,
             principal,
             since,
         )
-        return (int(row["n"]), row["oldest"]) if row else (0, None)
 
     # -- recall -------------------------------------------------------------
 
@@ -988,14 +992,13 @@ class Queries:
     async def count_thread_messages_since(
         self, project_id: int, principal: str, since: float
     ) -> tuple[int, float | None]:
-        await self.serialize(f"budget:messages:{project_id}:{principal}")  # the count decides; hold it across processes
-        row = await self.tx.one(
+        return await self._count_since(
+            f"budget:messages:{project_id}:{principal}",
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM thread_messages WHERE project_id = ? AND posted_by = ? AND at > ?",
             project_id,
             principal,
             since,
         )
-        return (int(row["n"]), row["oldest"]) if row else (0, None)
 
     async def support_exists(self, project_id: int, entry_id: str, issuer: str, source: str) -> bool:
         """Whether this fingerprint (issuer + source) already supports this
