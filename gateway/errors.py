@@ -41,11 +41,6 @@ class GatewayError(Exception):
         self.extra = dict(extra or {})
         self.retry_after = retry_after
 
-    def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        error.update(self.extra)
-        return {"error": error}
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.code!r}, {self.message!r})"
 
@@ -78,11 +73,6 @@ class Conflict(GatewayError):
 class PayloadTooLarge(GatewayError):
     status = 413
     default_code = "body_too_large"
-
-
-class HeaderTooLarge(GatewayError):
-    status = 431
-    default_code = "header_too_large"
 
 
 class UnsupportedMedia(GatewayError):

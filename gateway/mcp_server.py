@@ -130,7 +130,7 @@ class ContractErrorBodies:
 
         async def capture(message: Any) -> None:
             if message["type"] == "http.response.start":
-                if message["status"] >= 400 and message["status"] in _REFUSALS:
+                if message["status"] in _REFUSALS:
                     held["start"] = message
                     return
                 await send(message)
@@ -177,6 +177,8 @@ def build_mcp_app(hub: Any) -> tuple[Any, Any]:
     # fuses embeddings into every recall, REST and MCP alike.
     from gateway.embeddings import install
 
+    from gateway.mcp_tools import _tool_error, register_tools
+
     install(hub)
     server = MCPServer(
         "relayroom",
@@ -201,9 +203,7 @@ def build_mcp_app(hub: Any) -> tuple[Any, Any]:
         try:
             return await hub.accounts.project_principal(token.claims["project"], token.claims["principal"], token.claims["level"])
         except GatewayError as exc:
-            raise ToolError(f"{exc.code}: {exc.message}") from None
-
-    from gateway.mcp_tools import register_tools
+            raise _tool_error(exc) from None
 
     register_tools(server, hub, caller)
     app = server.streamable_http_app(
