@@ -2,9 +2,10 @@
 audit ledger (the review pages live in `dashboard_review`).
 
 Pages are rendered on the server (Jinja2, autoescaped); the only script is a
-static file that submits the filter form when a select changes.  Every owner
-action posts a form carrying a CSRF token and calls the same core function as
-the REST API (`hub.knowledge.confirm`, `hub.knowledge.refute`, ...).
+static file that puts "/" on the page's search box, and every page works
+without it.  Every owner action posts a form carrying a CSRF token and calls
+the same core function as the REST API (`hub.knowledge.confirm`,
+`hub.knowledge.refute`, ...).
 """
 
 from __future__ import annotations
