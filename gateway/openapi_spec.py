@@ -11,6 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import __version__
+from gateway.knowledge import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
+from gateway.learning import MAX_DAYS
+from gateway.proposals import PROPOSAL_STATES
+from gateway.recall import MAX_LIMIT as MAX_RECALL
+from gateway.search import MAX_QUERY_CHARS
 from gateway.trust import CREATED_VIA, KINDS, STATES
 
 S = dict[str, Any]
@@ -60,14 +65,14 @@ LEARN = _obj(
     ["kind", "statement"],
     {
         "kind": {"type": "string", "enum": list(KINDS)},
-        "statement": {"type": "string", "minLength": 1, "maxLength": 2000},
-        "evidence": {"type": "string", "maxLength": 8000, "nullable": True},
-        "ttl_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 36500, "nullable": True},
+        "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT},
+        "evidence": {"type": "string", "maxLength": MAX_EVIDENCE, "nullable": True},
+        "ttl_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": int(MAX_TTL_DAYS), "nullable": True},
         "expires_at": {"type": "string", "format": "date-time", "nullable": True},
     },
 )
-EVENT = _obj(["type", "detail"], {"type": {"type": "string", "minLength": 1, "maxLength": 100}, "detail": {"type": "object"}})
-REASON = _obj(["reason"], {"reason": {"type": "string", "minLength": 1, "maxLength": 8000}})
+EVENT = _obj(["type", "detail"], {"type": {"type": "string", "minLength": 1, "maxLength": MAX_EVENT_TYPE}, "detail": {"type": "object"}})
+REASON = _obj(["reason"], {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE}})
 RECALL_USED = _obj(["recall_id", "entry_id"], {"recall_id": STRING, "entry_id": STRING})
 SETTINGS = _obj(
     [],
@@ -82,7 +87,7 @@ SETTINGS = _obj(
 MESSAGE = _obj(["author", "text"], {"author": {"type": "string", "minLength": 1}, "text": {"type": "string", "minLength": 1}})
 PROPOSAL = _obj(
     ["kind", "statement", "rationale"],
-    {"kind": {"type": "string", "enum": list(KINDS)}, "statement": {"type": "string", "minLength": 1, "maxLength": 2000}, "rationale": STRING},
+    {"kind": {"type": "string", "enum": list(KINDS)}, "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT}, "rationale": STRING},
 )
 ATTESTATION = _obj(
     ["check", "outcome"],
@@ -112,7 +117,7 @@ CURSOR = _query("cursor", STRING)
 OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("post", "/v1/projects/{project}/entries", "write", "Learn: write a candidate entry", LEARN, [], 201, ENTRY),
     ("get", "/v1/projects/{project}/entries", "read", "List the entries this level may see", None,
-     [_query("state", {"type": "string", "enum": list(STATES)}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(200), CURSOR],
+     [_query("state", {"type": "string", "enum": list(STATES)}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_PAGE), CURSOR],
      200, _obj(["entries", "next_cursor"], {"entries": {"type": "array", "items": ENTRY}, "next_cursor": {"type": "string", "nullable": True}})),
     ("get", "/v1/projects/{project}/entries/{entry_id}", "read", "One entry", None, [_path("entry_id")], 200, ENTRY),
     ("post", "/v1/projects/{project}/entries/{entry_id}/confirm", "owner", "Owner confirms (promotes alone)", None, [_path("entry_id")], 200, ENTRY),
@@ -120,14 +125,14 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("post", "/v1/projects/{project}/events", "write", "Post an event; an error with detail.contradicts demotes", EVENT, [], 202,
      _obj(["event_id", "effect"], {"event_id": STRING, "effect": {"type": "string", "enum": ["contradicted", "duplicate", "none"]}})),
     ("get", "/v1/projects/{project}/recall", "read", "Recall trusted, unexpired entries, best first", None,
-     [_query("q", {"type": "string", "maxLength": 2000}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(50)],
+     [_query("q", {"type": "string", "maxLength": MAX_QUERY_CHARS}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_RECALL)],
      200, _obj(["recall_id", "entries"], {"recall_id": STRING, "entries": {"type": "array", "items": ENTRY}})),
     ("post", "/v1/projects/{project}/recall_used", "read", "Report that a recalled entry shaped the work", RECALL_USED, [], 204, None),
     ("get", "/v1/projects/{project}/audit", "owner", "The append-only audit ledger", None,
      [_query("entry", STRING), _query("action", STRING), LIMIT(500), CURSOR], 200,
      _obj(["rows"], {"rows": {"type": "array", "items": {"type": "object"}}, "next_cursor": {"type": "string", "nullable": True}})),
     ("get", "/v1/projects/{project}/learning", "owner", "Recall-quality figures", None,
-     [_query("days", {"type": "integer", "minimum": 1, "maximum": 365})], 200, {"type": "object"}),
+     [_query("days", {"type": "integer", "minimum": 1, "maximum": MAX_DAYS})], 200, {"type": "object"}),
     ("get", "/v1/projects/{project}/playbook", "read", "The base playbook", None, [], 200, None),
     ("put", "/v1/projects/{project}/playbook", "owner", "Replace the base playbook", "markdown", [], 200, None),
     ("get", "/v1/projects/{project}/settings", "owner", "Project settings", None, [], 200, SETTINGS),
@@ -136,7 +141,7 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
      MESSAGE, [_path("thread_id")], 201, _obj(["message_id", "candidates"], {"message_id": STRING, "candidates": {"type": "array", "items": STRING}, "duplicates": {"type": "array", "items": STRING}})),
     ("post", "/v1/projects/{project}/proposals", "write", "Propose a reflection", PROPOSAL, [], 201, {"type": "object"}),
     ("get", "/v1/projects/{project}/proposals", "owner", "List proposals", None,
-     [_query("state", {"type": "string", "enum": ["pending", "approved", "rejected"]}), LIMIT(200), CURSOR], 200, {"type": "object"}),
+     [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), LIMIT(MAX_PAGE), CURSOR], 200, {"type": "object"}),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/approve", "owner", "Approve: registers a candidate", None, [_path("proposal_id")], 201, ENTRY),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/reject", "owner", "Reject a proposal", REASON, [_path("proposal_id")], 200, {"type": "object"}),
 ]
