@@ -184,6 +184,6 @@ def _table() -> dict[str, tuple[str, ...]]:
 def synonyms_for(term: str) -> tuple[str, ...]:
     """Other words for `term` (lower-case), nearest groups first; () if none."""
     table = _table()
-    found = table.get(term) or table.get(_stem(term)) or ()
     stem = _stem(term)
+    found = table.get(term) or table.get(stem) or ()
     return tuple(w for w in found if w != term and _stem(w) != stem)

@@ -264,8 +264,10 @@ async def test_kind_filter_and_kind_hints(hub: Hub, acme: ProjectTokens) -> None
     reader = await _reader(hub, acme.reader)
     _, only = await hub.recall.recall(reader, "cache keys", "pitfall")
     assert [e.kind for e, _ in only] == ["pitfall"]
+    _, plain = await hub.recall.recall(reader, "cache keys")
     _, hinted = await hub.recall.recall(reader, "cache keys gotcha")
-    assert len(hinted) == 2  # a hint reorders, it never hides
+    assert [e.kind for e, _ in plain] == ["convention", "pitfall"]
+    assert [e.kind for e, _ in hinted] == ["pitfall", "convention"]  # a hint reorders, it never hides
     with pytest.raises(Invalid):
         await hub.recall.recall(reader, "cache", "rumour")
     assert set(ids.values()) == {e.id for e, _ in hinted}
