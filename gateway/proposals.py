@@ -10,7 +10,7 @@ with a reason.  A proposal is decided once; each decision writes its audit row
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.clock import Clock, to_rfc3339
@@ -165,17 +165,16 @@ class Proposals:
         project = principal.project
         now = self.clock.now()
 
-        async def unit(q: Queries) -> dict[str, Any]:
+        async def unit(q: Queries) -> Proposal:
             proposal = await self._pending(q, principal, proposal_id)
             await q.decide_proposal(proposal.seq, "rejected", now, principal.name, reason, None)
             await q.audit(
                 project.id, now, "reject_proposal", None, principal.name, {"proposal_id": proposal.id, "reason": reason}
             )
-            row = await q.proposal(project.id, proposal.id)
-            assert row is not None
-            return row
+            # What the UPDATE wrote, without reading the row back.
+            return replace(proposal, state="rejected", decided_at=now, decided_by=principal.name, reason=reason)
 
-        return Proposal.from_row(await self.driver.write(unit), project.slug)
+        return await self.driver.write(unit)
 
     async def _pending(self, q: Queries, principal: Principal, proposal_id: Any) -> Proposal:
         project = principal.project

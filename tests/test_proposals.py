@@ -54,6 +54,9 @@ async def test_a_proposal_is_decided_once(client: Any, acme: Any, hub: Any) -> N
     assert (await client.post(f"/v1/projects/acme/proposals/{first['id']}/approve", headers=bearer(acme.owner))).status_code == 201
     r = await client.post(f"/v1/projects/acme/proposals/{second['id']}/reject", json={"reason": "not durable"}, headers=bearer(acme.owner))
     assert r.status_code == 200 and r.json()["state"] == "rejected" and r.json()["reason"] == "not durable"
+    stored = (await client.get("/v1/projects/acme/proposals?state=rejected", headers=bearer(acme.owner))).json()["proposals"]
+    assert stored == [r.json()]  # the answer is the proposal as stored, decided_at and decided_by included
+    assert r.json()["decided_by"] == "olivia" and r.json()["decided_at"] is not None
     before = await snapshot(hub)
     for proposal_id in (first["id"], second["id"]):
         for action, body in (("approve", None), ("reject", {"reason": "again"})):
