@@ -58,7 +58,8 @@ async def test_pages_stay_fast_at_100k_entries(client: Any, acme: Any, hub: Any)
     async def load(name: str, url: str) -> str:
         started = time.perf_counter()
         r = await client.get(url, headers=HTML)
-        timings[name] = time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        timings[name] = max(timings.get(name, 0.0), elapsed)  # the slowest load of that name
         assert r.status_code == 200, r.text[:500]
         return r.text
 
@@ -72,7 +73,7 @@ async def test_pages_stay_fast_at_100k_entries(client: Any, acme: Any, hub: Any)
         link = re.search(r'rel="next" href="\?([^"]+)"', text)
         assert link is not None
         url = "/projects/acme/knowledge?" + link.group(1).replace("&amp;", "&")
-        text = await load("page 21", url)
+        text = await load("pages 2 to 21", url)
     await load("state filter", "/projects/acme/knowledge?state=contradicted")
     await load("kind filter", "/projects/acme/knowledge?kind=decision&state=trusted")
     found = await load("search, common word", "/projects/acme/knowledge?q=pooler")

@@ -19,7 +19,6 @@ from starlette.responses import HTMLResponse, Response
 from gateway.clock import to_date, to_rfc3339
 from gateway.errors import GatewayError
 from gateway.web.errors import gateway_error_response
-from gateway.web.responses import JSONResponse
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
@@ -104,10 +103,9 @@ def wants_html(request: Request) -> bool:
 def error_page(request: Request, exc: GatewayError, context: dict[str, Any] | None = None) -> Response:
     """A refusal as a page for a browser, as the contract's JSON body otherwise."""
     if not wants_html(request):
-        response: Response = gateway_error_response(exc)
-        if isinstance(response, JSONResponse):
-            for header, value in SECURITY_HEADERS.items():
-                response.headers.setdefault(header, value)
+        response = gateway_error_response(exc)
+        for header, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(header, value)
         return response
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
     return page("error.html", {**(context or {}), "error": exc}, status=exc.status, headers=headers)
