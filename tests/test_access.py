@@ -25,6 +25,10 @@ ENDPOINTS = [
     ("PATCH", "/v1/projects/{p}/settings", {"playbook_top_n": 10}, "owner"),
     ("GET", "/v1/projects/{p}/playbook", None, "read"),
     ("PUT", "/v1/projects/{p}/playbook", "# playbook", "owner"),
+    ("GET", "/v1/projects/{p}/learning", None, "owner"),
+    ("POST", "/v1/projects/{p}/threads/t-{n}/messages", {"author": "a", "text": "Pitfall: matrix message {n} is durable."}, "write"),
+    ("POST", "/v1/projects/{p}/proposals", {"kind": "fact", "statement": "Matrix proposal {n}.", "rationale": "seen"}, "write"),
+    ("GET", "/v1/projects/{p}/proposals", None, "owner"),
 ]
 LEVELS = ["read", "write", "owner"]
 RANK = {name: i for i, name in enumerate(LEVELS)}
