@@ -33,6 +33,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gateway.trust import normalise_statement
+
 MAX_STATEMENTS = 20
 MAX_STATEMENT_CHARS = 2000
 MIN_STATEMENT_CHARS = 12
@@ -85,7 +87,7 @@ def extract(text: str) -> list[Extracted]:
         if in_fence or not line or line.startswith(">"):
             continue
         for kind, statement in _statements_in(line):
-            key = " ".join(statement.casefold().split())
+            key = normalise_statement(statement)  # the duplicate test learn applies
             if key in seen or not _worth_keeping(statement):
                 continue
             seen.add(key)
