@@ -1,9 +1,10 @@
 """Thread messages: kept as posted, and mined for durable statements.
 
-Posting a message stores it, then writes every statement `gateway.extraction`
-finds as a candidate through `Knowledge.learn` (the one door every new entry
-goes through: `created_via: extraction`, the thread and message as
-provenance).  Extraction never makes anything trusted.
+Posting a message stores it and, in the same transaction, writes every
+statement `gateway.extraction` finds as a candidate through
+`knowledge.write_candidate` (the one door every new entry goes through:
+`created_via: extraction`, the thread and message as provenance).
+Extraction never makes anything trusted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from gateway.clock import HOUR, Clock
 from gateway.errors import Invalid
 from gateway.extraction import extract
 from gateway.ids import new_id
-from gateway.knowledge import Knowledge, over_budget, require, validate_text
+from gateway.knowledge import Knowledge, over_budget, require, validate_text, write_candidate
 from gateway.model import Principal
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
@@ -61,12 +62,15 @@ class Threads:
         text = validate_text(text, "text", MAX_TEXT)
         assert author is not None and text is not None
         message_id = new_id("msg")
-        project_id = principal.project.id
+        project = principal.project
+        project_id = project.id
         now = self.clock.now()
+        statements = extract(text)  # pure: found before the transaction opens
+        provenance = {"thread_id": thread_id, "message_id": message_id, "author": author}
 
         limit = self.knowledge.limits.events_per_hour
 
-        async def store(q: Queries) -> None:
+        async def store(q: Queries) -> PostedMessage:
             # A message is an agent event like any other: the same hourly
             # budget keeps a loop from flooding the review queue.
             count, oldest = await q.count_thread_messages_since(project_id, principal.name, now - HOUR)
@@ -75,16 +79,20 @@ class Threads:
                 raise refusal
             await q.insert_thread_message(message_id, project_id, thread_id, author, text, principal.name, now)
 
-        await self.driver.write(store)
-        posted = PostedMessage(message_id)
-        provenance = {"thread_id": thread_id, "message_id": message_id, "author": author}
-        for found in extract(text):
-            entry, duplicate = await self.knowledge.learn(
-                principal,
-                found.kind,
-                found.statement,
-                via="extraction",
-                provenance=dict(provenance, line=found.line),
-            )
-            (posted.duplicates if duplicate else posted.candidates).append(entry.id)
-        return posted
+            posted = PostedMessage(message_id)
+            for found in statements:
+                entry, duplicate = await write_candidate(
+                    q,
+                    project,
+                    author=principal.name,
+                    kind=found.kind,
+                    statement=found.statement,
+                    evidence=None,
+                    via="extraction",
+                    now=now,
+                    provenance=dict(provenance, line=found.line),
+                )
+                (posted.duplicates if duplicate else posted.candidates).append(entry.id)
+            return posted
+
+        return await self.driver.write(store)
