@@ -188,15 +188,19 @@ def test_the_poll_reads_only_files_whose_stat_moved(tmp_path: Path, monkeypatch:
 
 
 def test_one_file_per_project(tmp_path: Path) -> None:
-    (tmp_path / "a.yaml").write_text(GOOD)
-    (tmp_path / "b.yml").write_text(GOOD.replace("kn_1", "kn_9"))
-    registry = registry_for(tmp_path)
+    folder = tmp_path / "maps: team"  # a ": " in the path must not garble the FILE:LINE: message
+    folder.mkdir()
+    (folder / "a.yaml").write_text(GOOD)
+    (folder / "b.yml").write_text(GOOD.replace("kn_1", "kn_9"))
+    registry = registry_for(folder)
     registry.reload()
     rows = {Path(r["file"]).name: r for r in registry.status()}
+    expected = f"{folder / 'b.yml'}:1: project acme is already mapped by {folder / 'a.yaml'}; one file per project"
     assert rows["a.yaml"]["error"] is None
-    assert rows["b.yml"]["sha256"] is None and "already mapped by" in rows["b.yml"]["error"]
+    assert rows["b.yml"]["sha256"] is None and rows["b.yml"]["error"] == expected
+    assert [str(p) for p in registry.problems()] == [expected]
     assert registry.snapshot.rule("acme", "migrations").supports == ("kn_1",)
-    (tmp_path / "a.yaml").unlink()
+    (folder / "a.yaml").unlink()
     registry.reload()
     assert registry.snapshot.rule("acme", "migrations").supports == ("kn_9",)
 

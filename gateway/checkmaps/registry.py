@@ -51,7 +51,7 @@ class _FileState:
     disk_stat: tuple[int, int, int, int] | None = None
     parsed: CheckMap | None = None
     problems: list[Problem] = field(default_factory=list)
-    conflict: str | None = None
+    conflict: Problem | None = None
     in_force: CheckMap | None = None
     loaded_at: float | None = None
     warnings: list[Problem] = field(default_factory=list)
@@ -59,7 +59,7 @@ class _FileState:
     def error(self) -> str | None:
         messages = [str(p) for p in self.problems]
         if self.conflict:
-            messages.append(self.conflict)
+            messages.append(str(self.conflict))
         return "; ".join(messages) or None
 
 
@@ -215,8 +215,8 @@ class CheckmapRegistry:
             state.conflict = None
             wanted = state.parsed
             if wanted is not None and wanted.project in claimed:
-                state.conflict = (f"{name}:1: project {wanted.project} is already mapped by {claimed[wanted.project]}; "
-                                  "one file per project")
+                state.conflict = Problem(name, 1, f"project {wanted.project} is already mapped by "
+                                         f"{claimed[wanted.project]}; one file per project")
                 log.warning("check map problem: %s", state.conflict)
                 wanted = None
             if wanted is not None:
@@ -269,7 +269,7 @@ class CheckmapRegistry:
             state = self._files[name]
             out.extend(state.problems)
             if state.conflict:
-                out.append(Problem(name, 1, state.conflict.split(": ", 1)[1]))
+                out.append(state.conflict)
             out.extend(state.warnings)
         out.extend(self._skip_problems())
         return out
