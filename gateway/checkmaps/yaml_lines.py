@@ -1,8 +1,9 @@
 """YAML in, plain data plus a line for every path out.
 
 Values come from PyYAML's safe loader (never a loader that builds objects;
-libyaml's `CSafeLoader` when present); the line numbers come from composing
-the same text with the same loader and walking the node tree, so a problem can be reported as `FILE:LINE: message`.
+libyaml's `CSafeLoader` when present), constructed from the node tree the
+text is composed into once; walking that same tree gives the line numbers,
+so a problem can be reported as `FILE:LINE: message`.
 The walk also refuses what `safe_load` would silently accept: a key written
 twice in one mapping (the second `refs:` would win unseen in review) and
 aliases (a reviewer reads `*name` without seeing what it expands to).
@@ -48,8 +49,14 @@ def load(text: str, file: str) -> tuple[Any, Locator, list[Problem]]:
     if deep is not None:
         return None, locator, [Problem(file, deep, f"nested more than {MAX_DEPTH} levels deep; a check map is a flat list")]
     try:
-        node = yaml.compose(text, Loader=_SAFE_LOADER)
-        data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 (the safe loader, in C when libyaml is there)
+        # Composed once: the data is built from the very node tree the walk
+        # reads for lines (what `yaml.load` does, less a second parse).
+        loader = _SAFE_LOADER(text)
+        try:
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except RecursionError:
         return None, locator, [Problem(file, 1, "nested too deeply to read; a check map is a flat list")]
     except yaml.YAMLError as exc:
