@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
+from gateway.accounts import SLUG
 from gateway.checkmaps.model import Binding, CheckRule
 from gateway.checkmaps.registry import CheckmapRegistry
 from gateway.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
@@ -44,7 +44,6 @@ log = logging.getLogger("relayroom.attestations")
 OUTCOMES = ("success", "failure", "cancelled", "skipped")
 MAX_CHECK = 200
 MAX_RUN_URL = 2000
-SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 @dataclass(frozen=True)
@@ -227,8 +226,12 @@ class AttestationIntake:
         name, conclusion = run.get("name"), run.get("conclusion")
         if run_id is None or attempt is None or not isinstance(name, str) or not isinstance(conclusion, str):
             return 200, {"event": "workflow_run", "recorded": False, "reason": "incomplete_workflow_run"}
-        statement = read_statement({"check": name, "outcome": conclusion}, any_outcome=True)
+        html_url = run.get("html_url")
+        read = read_statement({"check": name, "outcome": conclusion}, any_outcome=True)
+        statement = Statement(read.check, read.outcome, None,
+                              html_url if isinstance(html_url, str) and len(html_url) <= MAX_RUN_URL else None)
         workflow = WorkflowRef(full_name or "", run.get("path") or "", None) if full_name else None
+        key = f"workflow_run:{run_id}:{attempt}"
         recorded: list[dict[str, Any]] = []
         reasons: list[str] = []
         duplicates = 0
@@ -241,17 +244,14 @@ class AttestationIntake:
                 reasons.append(reason)
                 continue
             seen_projects.add(binding.project)
-            key = f"workflow_run:{run_id}:{attempt}"
 
-            async def reserve(q: Any, now: float, identity: str = binding.identity, key: str = key) -> bool:
+            async def reserve(q: Any, now: float, identity: str = binding.identity) -> bool:
                 return bool(await q.reserve_delivery(identity, key, now))
 
-            html_url = run.get("html_url")
             result = await self._record(
                 project=binding.project,
                 issuer=binding.identity,
-                statement=Statement(statement.check, statement.outcome, None,
-                                    html_url if isinstance(html_url, str) and len(html_url) <= MAX_RUN_URL else None),
+                statement=statement,
                 workflow=workflow,
                 home=full_name,
                 provenance={
