@@ -166,12 +166,9 @@ class Knowledge:
         *,
         ttl_days: Any = None,
         expires_at: float | None = None,
-        via: str = "learn",
-        provenance: dict[str, Any] | None = None,
-        action: str = "learn",
     ) -> tuple[Entry, bool]:
         """Write a candidate, always.  Returns (entry, duplicate)."""
-        require(principal, "write", action)
+        require(principal, "write", "learn")
         kind = validate_kind(kind)
         statement = validate_text(statement, "statement", MAX_STATEMENT)
         evidence = validate_text(evidence, "evidence", MAX_EVIDENCE, required=False)
@@ -189,8 +186,6 @@ class Knowledge:
 
         async def unit(q: Queries) -> tuple[Entry, bool]:
             async def within_budget() -> None:
-                if via != "learn":
-                    return
                 count, oldest = await q.count_learns_since(project.id, principal.name, now - HOUR)
                 refusal = over_budget("learns", principal.name, self.limits.learn_per_hour, count, oldest, now)
                 if refusal is not None:
@@ -203,9 +198,8 @@ class Knowledge:
                 kind=kind,
                 statement=statement,
                 evidence=evidence,
-                via=via,
+                via="learn",
                 expires_at=expires_at,
-                provenance=provenance,
                 now=now,
                 before_insert=within_budget,
             )
