@@ -141,8 +141,7 @@ class Accounts:
 
     async def settings(self, principal: Principal) -> ProjectSettings:
         require(principal, "owner", "reading settings")
-        project = await self.project(principal.project.slug)
-        return project.settings
+        return principal.project.settings  # read with the token, in this very request
 
     async def update_settings(self, principal: Principal, changes: dict[str, Any]) -> ProjectSettings:
         require(principal, "owner", "changing settings")

@@ -19,8 +19,6 @@ from typing import Any
 
 import orjson
 
-DecodeError = orjson.JSONDecodeError  # a ValueError, as json's is
-
 
 def loads(raw: bytes | str) -> Any:
     return orjson.loads(raw)
