@@ -20,6 +20,7 @@ from gateway.hub import Hub
 from gateway.search import DEFAULT_RANKING
 from gateway.store.postgres import PostgresDriver, _plain, affected_rows, redact, split_url, to_dollar_params
 from gateway.store.search_postgres import lexeme, rank_weights
+from gateway.store.schema import LATEST_VERSION
 from tests.conftest import ProjectTokens, free_port
 from tests.pg import open_postgres
 
@@ -90,11 +91,11 @@ async def driver() -> AsyncIterator[PostgresDriver]:
 
 
 async def test_schema_is_applied_once_and_reopening_changes_nothing(driver: PostgresDriver) -> None:
-    assert await driver.read(lambda q: q.meta_get("schema_version")) == "1"
+    assert await driver.read(lambda q: q.meta_get("schema_version")) == str(LATEST_VERSION)
     again = PostgresDriver(driver._dsn)
     await again.open()
     try:
-        assert await again.read(lambda q: q.meta_get("schema_version")) == "1"
+        assert await again.read(lambda q: q.meta_get("schema_version")) == str(LATEST_VERSION)
     finally:
         await again.close()
 

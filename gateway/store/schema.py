@@ -211,6 +211,23 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX entry_vectors_project ON entry_vectors(project_id, seq)",
         ],
     ),
+    (
+        2,
+        [
+            # Dashboard sessions, kept on the server so that signing out ends one
+            # for every process (CONTRACT 7).  Only the hash of the session id is
+            # stored: a read of this table does not yield a usable cookie.
+            """CREATE TABLE dashboard_sessions (
+                id {ID},
+                session_hash {TEXT} NOT NULL UNIQUE,
+                token_hash {TEXT} NOT NULL,
+                created_at {REAL} NOT NULL,
+                expires_at {REAL} NOT NULL,
+                ended_at {REAL}
+            )""",
+            "CREATE INDEX dashboard_sessions_expiry ON dashboard_sessions(expires_at)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -104,10 +104,11 @@ TABLES: dict[str, Table] = {
     )
 }
 
-# Not a project's: the schema version and secret key, and the replay and
+# Not a project's: the schema version and secret key, the replay and
 # throttle stores of CI credentials (keyed by issuer, shared by every
-# project, and only minutes long).
-HUB_TABLES = ("meta", "seen_tokens", "webhook_deliveries", "jwks_refreshes")
+# project, and only minutes long), and dashboard sessions (hours long, and a
+# signed-in browser of the source hub must not be signed in on the target).
+HUB_TABLES = ("meta", "seen_tokens", "webhook_deliveries", "jwks_refreshes", "dashboard_sessions")
 
 # Derived from the entries and rebuilt on the target rather than carried:
 # the recall index (in the import's transaction) and the optional embedding

@@ -41,6 +41,7 @@ from gateway.web.session import (
     clear_cookie,
     csrf_ok,
     csrf_token,
+    end_session,
     form_fields,
     load_session,
     set_cookie,
@@ -116,11 +117,15 @@ async def login(request: Request) -> Response:
 
 @view
 async def logout(request: Request) -> Response:
+    session = await load_session(request)
     if request.method == "POST":
-        session = await load_session(request)
         fields = await form_fields(request)
         if session is not None and not csrf_ok(await signing_key(_hub(request)), "form", session.nonce, fields.get("csrf_token")):
             raise Forbidden("this form is missing its CSRF token; reload the page and try again", code="csrf_failed")
+    if session is not None:
+        # SameSite=Strict keeps another site's GET from carrying the cookie here,
+        # so a GET sign-out is the owner's own.
+        await end_session(request, session)
     response = redirect("/login?notice=signed_out")
     clear_cookie(request, response, SESSION_COOKIE)
     return response

@@ -1,14 +1,20 @@
 """Dashboard sessions and CSRF tokens.
 
-A session is a signed cookie (HMAC-SHA256 with the gateway's secret key:
-`RELAYROOM_SECRET_KEY`, or else the key generated once and kept in the store)
-holding the project, the principal, the *hash* of the owner token that logged
-in, a random nonce and the time it was issued.  It is not a capability on its
-own: every request looks the token hash up again, so revoking the owner's
-token (or the token no longer being an owner's) ends the session at once.
+A session lives on the server: a row of `dashboard_sessions` holding the
+*hash* of a random session id, the hash of the owner token that signed in,
+when it started, when it expires and when it was ended.  The cookie carries
+only the session id, signed with `itsdangerous` under the gateway's secret key
+(`RELAYROOM_SECRET_KEY`, or else the key generated once and kept in the
+store), so a forged cookie is refused before the store is asked.  Every
+request looks the session up together with its token (one indexed join), so
+signing out (`ended_at`), expiry, revoking the owner's token or the token no
+longer being an owner's end the session at once, in every process; a copy of
+the cookie is worth nothing afterwards.  Signing out ends only the session it
+is sent from: the owner's other browsers stay signed in until they sign out
+or the token is revoked.
 
 CSRF: every state-changing form carries a hidden `csrf_token` that is an HMAC
-of the session's nonce, so a page of another site can neither read nor forge
+of the session's id, so a page of another site can neither read nor forge
 it.  The login form, before there is a session, uses a signed double-submit
 cookie: a random nonce in an HttpOnly cookie, and in the form the HMAC of that
 nonce.  Cookies are HttpOnly, SameSite=Strict, and Secure on https.
@@ -16,15 +22,14 @@ nonce.  Cookies are HttpOnly, SameSite=Strict, and Secure on https.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
-import json
 import secrets
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from itsdangerous import BadData, URLSafeSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -39,6 +44,7 @@ LOGIN_COOKIE = "rr_login_csrf"
 CSRF_FIELD = "csrf_token"
 SESSION_SECONDS = 12 * HOUR
 FORM_BODY_LIMIT = 256 * 1024
+MAX_COOKIE_CHARS = 512
 MAX_FORM_FIELDS = 50
 
 
@@ -58,36 +64,31 @@ async def signing_key(hub: Any) -> bytes:
     return key
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+def _serializer(key: bytes) -> URLSafeSerializer:
+    return URLSafeSerializer(key, salt="relayroom-dashboard-session")
 
 
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+def sign(key: bytes, session_id: str) -> str:
+    return _serializer(key).dumps(session_id)
 
 
-def sign(key: bytes, payload: dict[str, Any]) -> str:
-    body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
-    mac = _b64(hmac.new(key, b"session:" + body.encode(), hashlib.sha256).digest())
-    return f"{body}.{mac}"
-
-
-def unsign(key: bytes, value: str | None) -> dict[str, Any] | None:
-    if not value or len(value) > 4096 or value.count(".") != 1:
-        return None
-    body, mac = value.split(".")
-    expected = _b64(hmac.new(key, b"session:" + body.encode(), hashlib.sha256).digest())
-    if not hmac.compare_digest(mac, expected):
+def unsign(key: bytes, value: str | None) -> str | None:
+    """The session id a cookie carries, or None for anything we did not sign."""
+    if not value or len(value) > MAX_COOKIE_CHARS:
         return None
     try:
-        payload = json.loads(_unb64(body))
-    except (ValueError, UnicodeDecodeError):
+        session_id = _serializer(key).loads(value)
+    except (BadData, ValueError, UnicodeError):
         return None
-    return payload if isinstance(payload, dict) else None
+    return session_id if isinstance(session_id, str) and 0 < len(session_id) <= 100 else None
+
+
+def session_hash(session_id: str) -> str:
+    return hashlib.sha256(b"relayroom-session:" + session_id.encode()).hexdigest()
 
 
 def csrf_token(key: bytes, purpose: str, nonce: str) -> str:
-    return _b64(hmac.new(key, f"csrf:{purpose}:{nonce}".encode(), hashlib.sha256).digest())
+    return hmac.new(key, f"csrf:{purpose}:{nonce}".encode(), hashlib.sha256).hexdigest()
 
 
 def csrf_ok(key: bytes, purpose: str, nonce: str | None, submitted: str | None) -> bool:
@@ -110,44 +111,46 @@ def clear_cookie(request: Request, response: Response, name: str) -> None:
     response.delete_cookie(name, path="/", httponly=True, samesite="strict", secure=is_https(request))
 
 
+def session_alive(row: dict[str, Any] | None, now: float) -> bool:
+    """Whether a session row (joined to its token) still signs its owner in."""
+    return (
+        row is not None
+        and row["session_ended_at"] is None
+        and row["session_created_at"] <= now < row["session_expires_at"]
+        and row["revoked_at"] is None
+        and row["level"] == "owner"
+    )
+
+
 async def load_session(request: Request) -> Session | None:
-    """The signed-in owner, re-checked against the store, or None."""
+    """The signed-in owner, checked against the store on every request, or None."""
     hub = request.app.state.hub
-    payload = unsign(await signing_key(hub), request.cookies.get(SESSION_COOKIE))
-    if payload is None:
+    session_id = unsign(await signing_key(hub), request.cookies.get(SESSION_COOKIE))
+    if session_id is None:
         return None
-    try:
-        slug, name, token_hash, nonce, issued_at = (
-            str(payload["p"]), str(payload["n"]), str(payload["h"]), str(payload["c"]), float(payload["t"])
-        )
-    except (KeyError, TypeError, ValueError):
+    row = await hub.driver.read(lambda q: q.session_by_hash(session_hash(session_id)))
+    if not session_alive(row, hub.clock.now()):
         return None
-    if not issued_at <= hub.clock.now() < issued_at + SESSION_SECONDS:
-        return None
-    row = await hub.driver.read(lambda q: q.token_by_hash(token_hash))
-    if (
-        row is None
-        or row["revoked_at"] is not None
-        or row["level"] != "owner"
-        or row["principal"] != name
-        or row["slug"] != slug
-    ):
-        return None
-    principal = Principal(project=_project(row), name=name, level="owner")
-    request.state.principal = name
-    return Session(principal=principal, token_hash=token_hash, nonce=nonce, issued_at=issued_at)
+    assert row is not None
+    principal = Principal(project=_project(row), name=row["principal"], level="owner")
+    request.state.principal = principal.name
+    return Session(principal=principal, token_hash=row["token_hash"], nonce=session_id, issued_at=row["session_created_at"])
 
 
 async def start_session(request: Request, response: Response, principal: Principal, token_hash: str) -> None:
     hub = request.app.state.hub
-    payload = {
-        "p": principal.project.slug,
-        "n": principal.name,
-        "h": token_hash,
-        "c": secrets.token_urlsafe(24),
-        "t": hub.clock.now(),
-    }
-    set_cookie(request, response, SESSION_COOKIE, sign(await signing_key(hub), payload), int(SESSION_SECONDS))
+    session_id = secrets.token_urlsafe(32)
+    now = hub.clock.now()
+    digest = session_hash(session_id)
+    await hub.driver.write(lambda q: q.insert_session(digest, token_hash, now, now + SESSION_SECONDS))
+    set_cookie(request, response, SESSION_COOKIE, sign(await signing_key(hub), session_id), int(SESSION_SECONDS))
+
+
+async def end_session(request: Request, session: Session) -> None:
+    """Sign out on the server: the session's cookie, wherever copied, is refused from now on."""
+    hub = request.app.state.hub
+    digest, now = session_hash(session.nonce), hub.clock.now()
+    await hub.driver.write(lambda q: q.end_session(digest, now))
 
 
 async def form_fields(request: Request) -> dict[str, str]:
