@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
 from gateway.accounts import SLUG
-from gateway.checkmaps.model import Binding, CheckRule
+from gateway.checkmaps.model import GITHUB_HOST, Binding, CheckRule
 from gateway.checkmaps.registry import CheckmapRegistry
 from gateway.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from gateway.ids import new_id
 from gateway.model import Support
-from gateway.oidc import workflows
-from gateway.oidc.claims import ref_listed
+from gateway.oidc import github, workflows
+from gateway.oidc.claims import Refusal
 from gateway.oidc.token import LEEWAY_SECONDS
 from gateway.oidc.verifier import TokenVerifier
 from gateway.oidc.workflows import WorkflowRef
@@ -126,24 +126,23 @@ class AttestationIntake:
 
     async def from_github(self, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
         snapshot = self.registry.snapshot
-        hub_secret = self.hub.config.github_webhook_secret
+        hub_secret = _reveal(self.hub.config.github_webhook_secret)
         if not hub_secret and not any(b.webhook_secret_env for bs in snapshot.github_repositories.values() for b in bs):
             raise NotFound("GitHub webhooks are not configured on this gateway (set RELAYROOM_GITHUB_WEBHOOK_SECRET or "
                            "webhook_secret_env on a github-actions binding)", code="not_found")
         payload = _json_object(raw)
         repository = payload.get("repository") if payload else None
         repo_id = _id_of(repository)
-        candidates = list(snapshot.github_repositories.get(repo_id, ())) if repo_id else []
+        host = delivery_host(headers)
+        candidates = list(snapshot.github_repositories.get((host, repo_id), ())) if repo_id else []
         signature = headers.get("x-hub-signature-256")
-        verified: list[Binding] = []
-        hub_ok = False
-        for binding in candidates:
-            secret = self._binding_secret(binding) if binding.webhook_secret_env else _reveal(hub_secret)
-            if secret and signatures.github_valid(secret, raw, signature):
-                verified.append(binding)
-        if not candidates and hub_secret:
-            hub_ok = signatures.github_valid(hub_secret.reveal(), raw, signature)
-        if not verified and not hub_ok:
+        verified = [b for b in candidates if any(signatures.github_valid(secret, raw, signature)
+                                                 for secret in self._github_secrets(b, hub_secret))]
+        # The hub-wide secret may still sign what no binding takes from it (a
+        # ping, an unbound repository): answered, never recorded.  A binding
+        # with its own secret demands that one.
+        hub_ok = bool(hub_secret) and signatures.github_valid(hub_secret, raw, signature)
+        if not verified and (not hub_ok or any(b.webhook_secret_env for b in candidates)):
             raise Unauthorized("X-Hub-Signature-256 does not verify with the webhook secret of this repository's "
                                "binding (or the hub-wide secret)", code="invalid_signature")
         if payload is None:
@@ -162,7 +161,10 @@ class AttestationIntake:
         if payload.get("action") != "completed":
             return 200, {"event": event, "recorded": False, "reason": "action_not_completed"}
         if not verified:
-            return 200, {"event": event, "recorded": False, "reason": "repository_not_bound"}
+            # Signed with the hub-wide secret only: no binding of this repository id
+            # on this GitHub host opted in with github_app: true.
+            return 200, {"event": event, "recorded": False,
+                         "reason": "github_app_not_enabled" if candidates else "repository_not_bound"}
         return await self._workflow_run(payload, run, verified)
 
     async def from_source(self, source: str, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
@@ -230,18 +232,18 @@ class AttestationIntake:
         read = read_statement({"check": name, "outcome": conclusion}, any_outcome=True)
         statement = Statement(read.check, read.outcome, None,
                               html_url if isinstance(html_url, str) and len(html_url) <= MAX_RUN_URL else None)
-        workflow = WorkflowRef(full_name or "", run.get("path") or "", None) if full_name else None
+        facts = github.run_from_workflow_run(payload, run)
         key = f"workflow_run:{run_id}:{attempt}"
         recorded: list[dict[str, Any]] = []
-        reasons: list[str] = []
+        refusals: list[Refusal] = []
         duplicates = 0
         seen_projects: set[str] = set()
         for binding in verified:
             if binding.project in seen_projects:
                 continue
-            reason = _run_refusal(binding, payload, run, workflow, full_name)
-            if reason is not None:
-                reasons.append(reason)
+            refusal = github.refusal(binding, facts)
+            if refusal is not None:
+                refusals.append(refusal)
                 continue
             seen_projects.add(binding.project)
 
@@ -252,8 +254,8 @@ class AttestationIntake:
                 project=binding.project,
                 issuer=binding.identity,
                 statement=statement,
-                workflow=workflow,
-                home=full_name,
+                workflow=facts.workflow,
+                home=facts.home,
                 provenance={
                     "via": "workflow_run webhook",
                     "repository": full_name,
@@ -276,7 +278,10 @@ class AttestationIntake:
         if duplicates:
             return 200, {"event": "workflow_run", "recorded": False, "duplicate": True,
                          "reason": "this run attempt was already recorded"}
-        return 200, {"event": "workflow_run", "recorded": False, "reason": reasons[0] if reasons else "not_bound"}
+        if refusals:
+            return 200, {"event": "workflow_run", "recorded": False, "reason": refusals[0].code,
+                         "detail": refusals[0].message}
+        return 200, {"event": "workflow_run", "recorded": False, "reason": "not_bound"}
 
     # -- the write unit ---------------------------------------------------------
 
@@ -352,6 +357,18 @@ class AttestationIntake:
             child = self._counters[key] = self.hub.metrics.attestations.labels(*key)
         return child
 
+    def _github_secrets(self, binding: Binding, hub_secret: str | None) -> list[str]:
+        """The secrets whose signature speaks for `binding`: its own, and the
+        hub-wide GitHub App secret only when it opted in with github_app: true."""
+        secrets = []
+        if binding.webhook_secret_env:
+            own = self._binding_secret(binding)
+            if own:
+                secrets.append(own)
+        if binding.github_app and hub_secret:
+            secrets.append(hub_secret)
+        return secrets
+
     def _binding_secret(self, binding: Binding) -> str | None:
         value = self.environ.get(binding.webhook_secret_env or "")
         if not value:
@@ -360,39 +377,30 @@ class AttestationIntake:
         return value or None
 
 
-def _run_refusal(binding: Binding, payload: dict[str, Any], run: dict[str, Any], workflow: WorkflowRef | None,
-                 full_name: str | None) -> str | None:
-    """Why this verified workflow_run may not vote through `binding` (None: it may)."""
-    head = run.get("head_repository")
-    if _id_of(head) != binding.repository_id:
-        return "fork: the run's head repository is not the bound repository"
-    if binding.repository_owner_id is not None:
-        owner = payload["repository"].get("owner")
-        if _id_of(owner) != binding.repository_owner_id:
-            return "repository_owner_id does not match the binding"
-    event = run.get("event")
-    if event == "pull_request_target" and event not in binding.allow_events:
-        return "event_not_allowed: pull_request_target"
-    branch = run.get("head_branch")
-    if not isinstance(branch, str) or not ref_listed(binding.refs, f"refs/heads/{branch}"):
-        return "ref_not_allowed: the binding does not list this branch"
-    if binding.workflows is not None and not workflows.names(binding.workflows, workflow, full_name):
-        return "workflow_not_allowed: the binding does not list this workflow"
-    return None
-
-
 def _one_project(bindings: list[Binding], project: str | None) -> Binding:
     if project is not None:
         mine = [b for b in bindings if b.project == project]
         if not mine:
-            raise Forbidden(f"this source's secret is bound to project {', '.join(sorted({b.project for b in bindings}))}, "
-                            f"not {project}", code="project_mismatch")
+            log.info("webhook source asked for project %s; its secret serves %s", project,
+                     ", ".join(sorted({b.project for b in bindings})))
+            raise Forbidden(f"this source's secret is not bound to project {project}", code="project_mismatch")
         return mine[0]
     projects = sorted({b.project for b in bindings})
     if len(projects) > 1:
         raise Invalid(f"this source is bound by several projects ({', '.join(projects)}); name one in the body's "
                       "project field", code="project_required")
     return bindings[0]
+
+
+def delivery_host(headers: Mapping[str, str]) -> str:
+    """The GitHub host a delivery comes from: GitHub Enterprise Server names
+    itself in X-GitHub-Enterprise-Host, github.com sends no such header.  The
+    header is set by the sender whose secret signs the body, so an id
+    delivered by github.com never reaches a GitHub Enterprise Server binding."""
+    value = headers.get("x-github-enterprise-host")
+    if value is None:
+        return GITHUB_HOST
+    return value.strip().lower()[:300]
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:

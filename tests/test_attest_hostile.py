@@ -68,7 +68,9 @@ class Ctx:
                           signature: str | None = None, delivery: str = "d-1", raw: bytes | None = None) -> httpx.Response:
         body = raw if raw is not None else json.dumps(payload).encode()
         headers = {"Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": delivery,
-                   "X-Hub-Signature-256": signature if signature is not None else sig.github_sign(secret, body)}
+                   "X-Hub-Signature-256": signature if signature is not None else sig.github_sign(secret, body),
+                   # the test issuer stands for a GitHub Enterprise Server: its bindings' ids are of its host
+                   "X-GitHub-Enterprise-Host": self.gh.host}
         headers = {k: v for k, v in headers.items() if v != ""}
         return await self.client.post("/v1/webhooks/github", content=body, headers=headers)
 

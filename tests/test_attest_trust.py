@@ -179,7 +179,7 @@ def test_webhooks_are_voices_too(
     raw = json.dumps(payload).encode()
     hook = httpx.post(f"{live_server.url}/v1/webhooks/github", content=raw, headers={
         "Content-Type": "application/json", "X-GitHub-Event": "workflow_run", "X-GitHub-Delivery": "1",
-        "X-Hub-Signature-256": sig.github_sign(GH_SECRET, raw)})
+        "X-Hub-Signature-256": sig.github_sign(GH_SECRET, raw), "X-GitHub-Enterprise-Host": issuer.host})
     assert hook.status_code == 201, hook.text
     recorded = hook.json()["attestations"][0]
     assert recorded["issuer"] == oidc["issuer"] == f"oidc:{issuer.host}:acme"

@@ -100,8 +100,14 @@ BAD = [
      "    refs: [\"*\"]\n", 6, "written twice"),
     ("an alias", "  - &gh\n    provider: github-actions\n    repository_id: \"1\"\n    refs: [refs/heads/main]\n  - *gh\n", 3,
      "aliases"),
-    ("unknown event allowed", "  - provider: github-actions\n    repository_id: \"1\"\n    refs: [refs/heads/main]\n"
-     "    allow_events: [push]\n", 6, "allow_events only lifts pull_request_target"),
+    ("allow_events not a list of names", "  - provider: github-actions\n    repository_id: \"1\"\n    refs: [refs/heads/main]\n"
+     "    allow_events: [[push]]\n", 6, "each item of allow_events"),
+    ("github_app a string", "  - provider: github-actions\n    repository_id: \"1\"\n    refs: [refs/heads/main]\n"
+     "    github_app: \"true\"\n", 6, "github_app must be true or false"),
+    ("github_app a number", "  - provider: github-actions\n    repository_id: \"1\"\n    refs: [refs/heads/main]\n"
+     "    github_app: 1\n", 6, "github_app must be true or false"),
+    ("github_app on gitlab", "  - provider: gitlab\n    project_id: \"1\"\n    refs: [main]\n"
+     "    github_app: true\n", 6, "unknown key github_app"),
 ]
 
 

@@ -218,7 +218,9 @@ def tokens(draw: st.DrawFn, gw: CiGateway) -> tuple[str, dict[str, Any], dict[st
                 "ref": ["refs/heads/feature", "refs/tags/main"],
                 "repository_id": ["654321", 123456],
                 "repository_owner_id": ["1111"],
-                "event_name": ["pull_request_target", "pull_request"],
+                "event_name": ["pull_request_target", "pull_request", "workflow_run", "issue_comment", "schedule",
+                               "workflow_dispatch"],
+                "ref_type": ["tag", "", "branch"],
             }.get(claim, ["x"])))
     key = gw.issuer.key(draw(st.sampled_from(["RS256", "ES256"])))
     header: dict[str, Any] = {"kid": key.kid, "typ": "JWT"}
@@ -268,7 +270,8 @@ def contract_accepts(gw: CiGateway, header: dict[str, Any], claims: dict[str, An
         and str(claims.get("repository_id")) == "123456"
         and str(claims.get("repository_owner_id")) == "7890"
         and claims.get("ref") == "refs/heads/main"
-        and claims.get("event_name") != "pull_request_target"
+        and claims.get("event_name") in ("push", "schedule", "workflow_dispatch")  # CONTRACT 5.5
+        and claims.get("ref_type") == "branch"
         and exp is not None and exp > now - 61  # NaN compares false
         and (nbf is None or nbf <= now + 61)
         and (iat is None or iat <= now + 61)

@@ -176,8 +176,8 @@ def test_gitlab_refs(refs: tuple[str, ...], ref: str, ref_type: str, ok: bool) -
 
 
 def test_github_refusals_name_the_claim_the_expectation_and_the_value() -> None:
-    claims = {"event_name": "push", "ref": "refs/heads/feature", "repository": "acme/api",
-              "job_workflow_ref": "acme/api/.github/workflows/ci.yml@refs/heads/feature"}
+    claims = {"event_name": "push", "ref": "refs/heads/feature", "ref_type": "branch", "repository": "acme/api",
+              "repository_id": "123456", "job_workflow_ref": "acme/api/.github/workflows/ci.yml@refs/heads/feature"}
     with pytest.raises(Forbidden) as refused:
         github.authorize(gh_binding(), claims)
     message = refused.value.message
@@ -186,8 +186,8 @@ def test_github_refusals_name_the_claim_the_expectation_and_the_value() -> None:
 
 
 def test_pull_request_target_is_allowed_only_by_name() -> None:
-    claims = {"event_name": "pull_request_target", "ref": "refs/heads/main", "repository": "acme/api",
-              "job_workflow_ref": "acme/api/.github/workflows/ci.yml@refs/heads/main"}
+    claims = {"event_name": "pull_request_target", "ref": "refs/heads/main", "ref_type": "branch",
+              "repository": "acme/api", "repository_id": "123456", "job_workflow_ref": "acme/api/.github/workflows/ci.yml@refs/heads/main"}
     with pytest.raises(Forbidden) as refused:
         github.authorize(gh_binding(), claims)
     assert refused.value.code == "event_not_allowed"

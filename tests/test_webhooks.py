@@ -75,11 +75,16 @@ def payload(**run: Any) -> dict[str, Any]:
             "repository": {"id": 123456, "full_name": "acme/api", "owner": {"id": 7890}}}
 
 
-async def deliver(client: Any, body: dict[str, Any], secret: str, event: str = "workflow_run") -> Any:
+async def deliver(client: Any, body: dict[str, Any], secret: str, event: str = "workflow_run", *,
+                  host: str | None = None) -> Any:
+    """`host`: the GitHub Enterprise Server host the delivery says it comes
+    from (the test issuer's host[:port] for its bindings); None: github.com."""
     raw = json.dumps(body).encode()
-    return await client.post("/v1/webhooks/github", content=raw, headers={
-        "Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": "x",
-        "X-Hub-Signature-256": sig.github_sign(secret, raw)})
+    headers = {"Content-Type": "application/json", "X-GitHub-Event": event, "X-GitHub-Delivery": "x",
+               "X-Hub-Signature-256": sig.github_sign(secret, raw)}
+    if host is not None:
+        headers["X-GitHub-Enterprise-Host"] = host
+    return await client.post("/v1/webhooks/github", content=raw, headers=headers)
 
 
 async def test_github_webhooks_answer_404_when_no_secret_is_configured(client: Any, acme: Any) -> None:
@@ -91,21 +96,26 @@ async def test_ping_and_check_run_with_the_hub_wide_secret(client: Any, hub: Any
                                                            issuer: OidcIssuer) -> None:
     hub.config = replace(hub.config, github_webhook_secret=Secret("hub-wide-secret"))
     entry = await learn(hub, "acme", "Migrations run in staging first.")
-    await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", github_binding(issuer.url), {"migrations": [entry]}))
-    ping = await deliver(client, {"zen": "Design for failure.", "hook_id": 1}, "hub-wide-secret", event="ping")
+    await write_map(hub, checkmap_dir, "acme.yaml", checkmap(
+        "acme", github_binding(issuer.url, extra="    github_app: true"), {"migrations": [entry]}))
+    ping = await deliver(client, {"zen": "Design for failure.", "hook_id": 1}, "hub-wide-secret", event="ping",
+                         host=issuer.host)
     assert ping.status_code == 200 and ping.json() == {"event": "ping", "recorded": False}
     check_run = await deliver(client, {"action": "completed", "check_run": {"name": "migrations", "conclusion": "success"},
-                                       "repository": {"id": 123456}}, "hub-wide-secret", event="check_run")
+                                       "repository": {"id": 123456}}, "hub-wide-secret", event="check_run",
+                              host=issuer.host)
     assert check_run.status_code == 200 and check_run.json()["recorded"] is False
     assert (await counts(hub))["attestations"] == 0
-    # A binding without webhook_secret_env uses the hub-wide secret for workflow_run.
-    run = await deliver(client, payload(conclusion="failure"), "hub-wide-secret")
+    # A binding with github_app: true takes workflow_run deliveries signed with the hub-wide secret.
+    run = await deliver(client, payload(conclusion="failure"), "hub-wide-secret", host=issuer.host)
     assert run.status_code == 201
     [recorded] = run.json()["attestations"]
     assert recorded["counted"] is False and recorded["reason"] == "not_success"
-    in_progress = await deliver(client, {**payload(id=10), "action": "in_progress"}, "hub-wide-secret")
+    in_progress = await deliver(client, {**payload(id=10), "action": "in_progress"}, "hub-wide-secret",
+                                host=issuer.host)
     assert in_progress.json()["reason"] == "action_not_completed"
-    unbound = await deliver(client, {**payload(id=11), "repository": {"id": 42, "full_name": "x/y"}}, "hub-wide-secret")
+    unbound = await deliver(client, {**payload(id=11), "repository": {"id": 42, "full_name": "x/y"}}, "hub-wide-secret",
+                            host=issuer.host)
     assert unbound.status_code == 200 and unbound.json()["reason"] == "repository_not_bound"
     assert (await counts(hub))["attestations"] == 1
 
@@ -115,11 +125,11 @@ async def test_a_bindings_own_secret_is_required_when_it_names_one(client: Any, 
     hub.config = replace(hub.config, github_webhook_secret=Secret("hub-wide-secret"))
     await write_map(hub, checkmap_dir, "acme.yaml", checkmap(
         "acme", github_binding(issuer.url, extra="    webhook_secret_env: ACME_GH_SECRET"), {}))
-    unset = await deliver(client, payload(), "hub-wide-secret")
+    unset = await deliver(client, payload(), "hub-wide-secret", host=issuer.host)
     assert unset.status_code == 401  # the binding's variable is not set: fail closed, no fallback
     monkeypatch.setenv("ACME_GH_SECRET", "per-binding-secret")
-    assert (await deliver(client, payload(), "hub-wide-secret")).status_code == 401
-    assert (await deliver(client, payload(), "per-binding-secret")).status_code == 201
+    assert (await deliver(client, payload(), "hub-wide-secret", host=issuer.host)).status_code == 401
+    assert (await deliver(client, payload(), "per-binding-secret", host=issuer.host)).status_code == 201
 
 
 async def test_a_rerun_attempt_is_a_new_delivery_but_the_same_support(client: Any, hub: Any, acme: Any,
@@ -129,9 +139,9 @@ async def test_a_rerun_attempt_is_a_new_delivery_but_the_same_support(client: An
     entry = await learn(hub, "acme", "Migrations run in staging first.")
     await write_map(hub, checkmap_dir, "acme.yaml", checkmap(
         "acme", github_binding(issuer.url, extra="    webhook_secret_env: ACME_GH_SECRET"), {"migrations": [entry]}))
-    first = await deliver(client, payload(), "per-binding-secret")
-    second = await deliver(client, payload(run_attempt=2), "per-binding-secret")
-    again = await deliver(client, payload(run_attempt=2), "per-binding-secret")
+    first = await deliver(client, payload(), "per-binding-secret", host=issuer.host)
+    second = await deliver(client, payload(run_attempt=2), "per-binding-secret", host=issuer.host)
+    again = await deliver(client, payload(run_attempt=2), "per-binding-secret", host=issuer.host)
     assert first.json()["attestations"][0]["supports"] == [{"entry_id": entry, "duplicate": False}]
     assert second.json()["attestations"][0]["supports"] == [{"entry_id": entry, "duplicate": True}]
     assert again.status_code == 200 and again.json()["duplicate"] is True

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 GITLAB_ISSUER = "https://gitlab.com"
+GITHUB_HOST = "github.com"
 
 OIDC_PROVIDERS = ("github-actions", "gitlab", "oidc")
 PROVIDERS = OIDC_PROVIDERS + ("webhook",)
@@ -43,6 +44,7 @@ class Binding:
     repository_id: str | None = None
     repository_owner_id: str | None = None
     webhook_secret_env: str | None = None
+    github_app: bool = False  # takes deliveries signed with the hub-wide GitHub App secret
     # gitlab
     project_id: str | None = None
     namespace_id: str | None = None
@@ -67,6 +69,16 @@ class Binding:
 
     def where(self) -> str:
         return f"{self.file}:{self.line}"
+
+    @property
+    def github_host(self) -> str | None:
+        """The GitHub host whose repository ids this binding names: github.com
+        for GitHub's issuer, the issuer's host[:port] for GitHub Enterprise
+        Server.  Repository ids are numbered per host, so an id means nothing
+        without it."""
+        if self.provider != "github-actions" or self.issuer is None:
+            return None
+        return GITHUB_HOST if self.issuer == GITHUB_ISSUER else issuer_host(self.issuer)
 
 
 @dataclass(frozen=True)

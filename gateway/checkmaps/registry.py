@@ -69,20 +69,22 @@ class Snapshot:
 
     maps: dict[str, CheckMap] = field(default_factory=dict)
     oidc: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
-    github_repositories: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
+    # (GitHub host, repository id): ids are numbered per host, so a github.com
+    # id never finds a GitHub Enterprise Server binding, nor the reverse.
+    github_repositories: dict[tuple[str, str], tuple[Binding, ...]] = field(default_factory=dict)
     webhook_sources: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, maps: list[CheckMap]) -> "Snapshot":
         oidc: dict[str, list[Binding]] = {}
-        repos: dict[str, list[Binding]] = {}
+        repos: dict[tuple[str, str], list[Binding]] = {}
         sources: dict[str, list[Binding]] = {}
         for checkmap in maps:
             for binding in checkmap.bindings:
                 if binding.provider in OIDC_PROVIDERS and binding.issuer:
                     oidc.setdefault(binding.issuer, []).append(binding)
-                if binding.provider == "github-actions" and binding.repository_id:
-                    repos.setdefault(binding.repository_id, []).append(binding)
+                if binding.provider == "github-actions" and binding.repository_id and binding.github_host:
+                    repos.setdefault((binding.github_host, binding.repository_id), []).append(binding)
                 if binding.provider == "webhook" and binding.source:
                     sources.setdefault(binding.source, []).append(binding)
         return cls(

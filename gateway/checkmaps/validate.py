@@ -49,7 +49,7 @@ CHECK_KEYS = {"supports", "workflows", "description"}
 BINDING_KEYS = {
     "github-actions": {
         "provider", "description", "issuer", "repository", "repository_id", "repository_owner_id",
-        "refs", "workflows", "webhook_secret_env", "allow_events",
+        "refs", "workflows", "webhook_secret_env", "github_app", "allow_events",
     },
     "gitlab": {
         "provider", "description", "issuer", "project_id", "project_path", "namespace_id",
@@ -58,9 +58,6 @@ BINDING_KEYS = {
     "oidc": {"provider", "description", "issuer", "subject", "refs"},
     "webhook": {"provider", "description", "source", "secret_env"},
 }
-# Events refused unless a binding allows them by name: both run code from
-# outside the bound branch with the bound project's identity.
-GATED_EVENTS = {"github-actions": ("pull_request_target",), "gitlab": ("merge_request_event",)}
 SECRET_KEYS = {"secret", "webhook_secret", "password", "token", "client_secret"}
 
 
@@ -171,6 +168,7 @@ def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | 
             fields["repository_id"] = _numeric_id(item, "repository_id", path, out, required=True)
             fields["repository_owner_id"] = _numeric_id(item, "repository_owner_id", path, out, required=False)
             fields["webhook_secret_env"] = _env_name(item, "webhook_secret_env", path, out, required=False)
+            fields["github_app"] = _flag(item, "github_app", path, out)
             fields["workflows"] = _workflows(item, path, out, github=True)
         elif provider == "gitlab":
             fields["repository"] = _label(item, "project_path", path, out)
@@ -264,15 +262,21 @@ def _workflows(item: dict[str, Any], path: Path, out: _Collector, *, github: boo
 
 
 def _allow_events(item: dict[str, Any], provider: str, path: Path, out: _Collector) -> tuple[str, ...]:
+    """Any event name: each one lifts the refusal of that event for this binding
+    (CONTRACT 5.5), so a reviewer reads exactly which events were let in."""
     if "allow_events" not in item:
         return ()
-    events = _string_list(item, "allow_events", path, out) or ()
-    gated = GATED_EVENTS.get(provider, ())
-    for index, event in enumerate(events):
-        if event not in gated:
-            allowed = ", ".join(gated) or "nothing"
-            out.add(path + ("allow_events", index), f"{event} is never refused; allow_events only lifts {allowed}")
-    return events
+    return _string_list(item, "allow_events", path, out) or ()
+
+
+def _flag(item: dict[str, Any], key: str, path: Path, out: _Collector) -> bool:
+    """A YAML boolean only: `github_app: "yes"` or `1` is a typo to report,
+    not a quiet opt-in to the hub-wide secret."""
+    value = item.get(key, False)
+    if not isinstance(value, bool):
+        out.add(path + (key,), f"{key} must be true or false")
+        return False
+    return value
 
 
 def _string_list(item: dict[str, Any], key: str, path: Path, out: _Collector) -> tuple[str, ...] | None:

@@ -12,7 +12,7 @@ from typing import Any
 from gateway.checkmaps.model import Binding
 from gateway.errors import Forbidden
 from gateway.oidc import workflows
-from gateway.oidc.claims import mismatch, ref_listed, str_claim
+from gateway.oidc.claims import mismatch, not_bound, ref_listed, str_claim
 
 NAME = "oidc"
 REQUIRED = ("sub",)
@@ -24,8 +24,9 @@ def identifies(binding: Binding, claims: dict[str, Any]) -> bool:
 
 
 def identity_mismatch(bindings: list[Binding], claims: dict[str, Any]) -> Forbidden:
-    expected = ", ".join(repr(b.subject) for b in bindings[:5])
-    return mismatch("sub", f"one of {expected}", repr(claims.get("sub")), bindings[0].where())
+    """The subjects other bindings name are other projects' business: a token
+    of an unbound subject hears only that it is not bound."""
+    return not_bound("sub", repr(claims.get("sub")), "subject")
 
 
 def authorize(binding: Binding, claims: dict[str, Any]) -> None:

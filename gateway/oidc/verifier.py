@@ -7,7 +7,7 @@
     provider claim table               -> missing_claim
     bindings whose immutable ids match -> none: 403 binding_mismatch
     the body's project, if any         -> picks among projects; else 403 project_mismatch
-    refs, workflows, gated events      -> 403 binding_mismatch / event_not_allowed
+    the provider's run policy          -> 403 event_not_allowed / binding_mismatch (CONTRACT 5.5)
 
 The issuer identity comes from the verified `iss` and the project, never
 from the request body or the provider label (CONTRACT 5.2).
@@ -15,6 +15,7 @@ from the request body or the provider label (CONTRACT 5.2).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -28,6 +29,8 @@ from gateway.oidc.fetch import url_allowed
 from gateway.oidc.keys import KeyCache
 from gateway.oidc.providers import PROVIDERS
 from gateway.oidc.workflows import WorkflowRef
+
+log = logging.getLogger("relayroom.oidc")
 
 
 @dataclass(frozen=True)
@@ -111,14 +114,21 @@ class TokenVerifier:
             else:
                 refusals.append(provider.identity_mismatch(group, claims))
         if not identified:
+            # The caller hears only that nothing binds its token; which bindings it
+            # missed (their ids, projects, files) is for the operator's log.
+            log.info("oidc token of %s matched no binding (%s); bindings of this issuer: %s",
+                     _shown(peeked_issuer(claims)), refusals[0].message,
+                     "; ".join(f"{b.provider} {b.where()} project {b.project} "
+                               f"id {b.repository_id or b.project_id or b.subject}" for b in bindings[:20]))
             raise refusals[0]
         if project is not None:
             mine = [b for b in identified if b.project == project]
             if not mine:
-                bound = ", ".join(sorted({b.project for b in identified}))
+                log.info("oidc token asked for project %s; its bindings serve %s", _shown(project),
+                         ", ".join(sorted({b.project for b in identified})))
                 raise Forbidden(
-                    f"this token's repository is bound to project {bound}, not {_shown(project)}; the project comes "
-                    "from the credential and the check maps",
+                    f"this token is not bound to project {_shown(project)}; the project comes from the credential "
+                    "and the check maps",
                     code="project_mismatch",
                 )
             identified = mine
@@ -139,6 +149,11 @@ class TokenVerifier:
             return binding
         assert first_refusal is not None
         raise first_refusal
+
+
+def peeked_issuer(claims: dict[str, Any]) -> str:
+    value = claims.get("iss")
+    return value if isinstance(value, str) else "?"
 
 
 def _shown(value: str) -> str:
