@@ -188,3 +188,22 @@ async def test_the_fetcher_refuses_plain_http_when_insecure_issuers_are_off(issu
         await fetcher.get_json(issuer.url + "/.well-known/jwks")
     await fetcher.close()
     assert issuer.fetches == 0
+
+
+@pytest.mark.parametrize("mode", ["drip_body", "drip_headers", "silent", "huge_slow"])
+async def test_one_deadline_holds_the_whole_fetch(issuer: OidcIssuer, mode: str) -> None:
+    """Each read of a dripping answer comes well inside a per-read timeout;
+    only a deadline on the whole fetch (connect, headers, body) ends it."""
+    import time
+
+    from gateway.oidc.fetch import FetchError
+    from tests.drip_server import JWKS, DripIssuer
+
+    fetcher = JsonFetcher(allow_insecure=True, timeout=0.3)
+    async with DripIssuer(keys_from=issuer, modes={JWKS: mode}, interval=0.1) as drip:
+        started = time.monotonic()
+        with pytest.raises(FetchError):
+            await fetcher.get_json(drip.url + JWKS)
+        assert time.monotonic() - started < 1.0
+        assert (await fetcher.get_json(drip.url + "/.well-known/openid-configuration"))["issuer"] == drip.url
+    await fetcher.close()

@@ -2,12 +2,18 @@
 
 Only `https://` URLs are ever contacted, unless insecure issuers are allowed
 (tests, local development) and the host is a loopback address.  No redirect
-is followed (it could lead to plain http or another host), every request
-has a timeout, and a response over the size cap is abandoned unread.
+is followed (it could lead to plain http or another host), and a response
+over the size cap is abandoned unread.
+
+One deadline (5 s) holds the whole of one fetch: connect, headers and body
+together.  A per-read timeout alone lets an issuer that sends one byte every
+few seconds hold the request (and every attestation waiting on its keys) for
+as long as it likes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -48,7 +54,7 @@ class JsonFetcher:
 
     def __init__(self, *, allow_insecure: bool, timeout: float = TIMEOUT_SECONDS, max_bytes: int = MAX_RESPONSE_BYTES) -> None:
         self.allow_insecure = allow_insecure
-        self.timeout = timeout
+        self.timeout = timeout  # the deadline of one whole fetch, in seconds
         self.max_bytes = max_bytes
         self._client: httpx.AsyncClient | None = None
 
@@ -71,17 +77,10 @@ class JsonFetcher:
         if not url_allowed(url, self.allow_insecure):
             raise FetchError(f"refusing to fetch {url}: only https:// (or loopback http in test mode) is contacted")
         try:
-            async with self._http().stream("GET", url) as response:
-                if response.status_code != 200:
-                    raise FetchError(f"{url} answered HTTP {response.status_code}")
-                declared = response.headers.get("content-length")
-                if declared and declared.isdigit() and int(declared) > self.max_bytes:
-                    raise FetchError(f"{url} answered more than {self.max_bytes} bytes")
-                body = bytearray()
-                async for chunk in response.aiter_bytes():
-                    body.extend(chunk)
-                    if len(body) > self.max_bytes:
-                        raise FetchError(f"{url} answered more than {self.max_bytes} bytes")
+            async with asyncio.timeout(self.timeout):
+                body = await self._read(url)
+        except TimeoutError:
+            raise FetchError(f"{url} did not answer in full within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise FetchError(f"{url} could not be fetched: {type(exc).__name__}") from None
         try:
@@ -91,3 +90,17 @@ class JsonFetcher:
         if not isinstance(document, dict):
             raise FetchError(f"{url} did not answer a JSON object")
         return document
+
+    async def _read(self, url: str) -> bytearray:
+        async with self._http().stream("GET", url) as response:
+            if response.status_code != 200:
+                raise FetchError(f"{url} answered HTTP {response.status_code}")
+            declared = response.headers.get("content-length")
+            if declared and declared.isdigit() and int(declared) > self.max_bytes:
+                raise FetchError(f"{url} answered more than {self.max_bytes} bytes")
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body.extend(chunk)
+                if len(body) > self.max_bytes:
+                    raise FetchError(f"{url} answered more than {self.max_bytes} bytes")
+            return body

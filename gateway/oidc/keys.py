@@ -11,6 +11,9 @@ token costs one dictionary look-up to find its key.  The rules:
   slot is taken in the store (`jwks_refreshes`), so the limit holds for all
   gateway processes together; a process with no keys yet may always make its
   first fetch.  Concurrent misses wait for the one refresh in flight.
+- One refresh (discovery and JWKS together) has the fetch deadline (5 s):
+  the request that makes it, and every request waiting on the lock behind
+  it, has its answer within about that time however slowly the issuer sends.
 - A failed refresh keeps the last good keys.  A kid that cannot be had (the
   slot is taken, or the issuer is down) answers 503 `jwks_unavailable` with
   Retry-After, so a CI job retries; a kid absent from a fresh key set is 401
@@ -178,7 +181,15 @@ class KeyCache:
     async def _refresh(self, issuer: str, state: _IssuerKeys, now: float) -> bool:
         state.attempted_at = now
         try:
-            keys = await self._fetch(issuer)
+            # The deadline is the whole refresh's, not each fetch's: the
+            # waiters on this issuer's lock wait no longer than it either.
+            async with asyncio.timeout(self.fetcher.timeout):
+                keys = await self._fetch(issuer)
+        except TimeoutError:
+            log.warning("JWKS refresh of %s took over %g s (keeping %d cached keys)", issuer, self.fetcher.timeout, len(state.keys))
+            self._count("error")
+            state.last_ok = False
+            return False
         except FetchError as exc:
             log.warning("JWKS refresh of %s failed (keeping %d cached keys): %s", issuer, len(state.keys), exc)
             self._count("error")
