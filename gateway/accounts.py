@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -28,14 +29,30 @@ decisions) in the RelayRoom Knowledge Gateway.
 - If a recalled entry shaped your work, call `recall_used`.
 """
 
-SETTING_RULES: dict[str, tuple[type, float, float | None, str]] = {
+# CONTRACT 4's ranges.  Every bound is finite: a window of 1e7 days put a
+# contradiction's `until` in the year 29405, which no date type can print.
+SETTING_RULES: dict[str, tuple[type, float, float, str]] = {
     # name: (type, minimum, maximum, what a person is told)
-    "k_distinct_issuers": (int, 1, None, "an integer >= 1"),
-    "window_days": (float, 0, None, "a number of days > 0"),
-    "playbook_min_trusted": (int, 0, None, "an integer >= 0"),
+    "k_distinct_issuers": (int, 1, 100, "an integer from 1 to 100"),
+    "window_days": (float, 0, 3650, "a number of days above 0 and at most 3650"),
+    "playbook_min_trusted": (int, 0, 1_000_000, "an integer from 0 to 1000000"),
     "playbook_top_n": (int, 1, 100, "an integer from 1 to 100"),
-    "demotions_per_hour": (int, 1, None, "an integer >= 1"),
+    "demotions_per_hour": (int, 1, 1_000_000, "an integer from 1 to 1000000"),
 }
+
+
+def setting_ok(name: str, value: Any) -> bool:
+    """Whether `value` (as JSON decoded it) is in the contract's range for `name`."""
+    kind, minimum, maximum, _ = SETTING_RULES[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False  # true is not 1, "2" is not 2
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        return False
+    if name == "window_days":
+        return minimum < value <= maximum
+    return minimum <= value <= maximum
 
 
 def default_settings() -> ProjectSettings:
@@ -53,16 +70,8 @@ def validate_settings(current: ProjectSettings, changes: dict[str, Any]) -> Proj
     for name, value in changes.items():
         if name not in SETTING_RULES:
             raise Invalid(f"unknown setting {name!r}", code="unknown_field")
-        kind, minimum, maximum, wanted = SETTING_RULES[name]
-        ok = not isinstance(value, bool) and isinstance(value, (int, float))
-        if ok and kind is int:
-            ok = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-        if ok:
-            if name == "window_days":
-                ok = value > minimum and value < 1e7
-            else:
-                ok = value >= minimum and (maximum is None or value <= maximum) and value < 1e9
-        if not ok:
+        kind, _, _, wanted = SETTING_RULES[name]
+        if not setting_ok(name, value):
             raise Invalid(f"{name} must be {wanted}", code="invalid_setting")
         values[name] = kind(value)
     return ProjectSettings(**values)

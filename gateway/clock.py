@@ -40,16 +40,37 @@ class ManualClock:
         self._now = float(moment)
 
 
+# The moments a date can name.  A stored value outside them (a window of 1e7
+# days from an old database, inf, nan) is shown as the nearest end rather
+# than failing the page or the API that prints it.
+_FIRST = datetime(1, 1, 1, tzinfo=timezone.utc)
+_LAST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+_FIRST_S, _LAST_S = _FIRST.timestamp(), _LAST.timestamp()
+
+
+def _utc(moment: float) -> datetime:
+    if moment != moment:  # nan: no moment at all; as far off as "never" reads
+        return _LAST
+    if moment <= _FIRST_S:
+        return _FIRST
+    if moment >= _LAST_S:
+        return _LAST
+    try:
+        return datetime.fromtimestamp(moment, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):  # a platform whose C library is narrower
+        return _LAST if moment > 0 else _FIRST
+
+
 def to_rfc3339(moment: float | None) -> str | None:
     if moment is None:
         return None
     # isoformat (in C) writes the fraction only when there is one, as the
     # contract's examples do; "+00:00" becomes "Z".
-    return datetime.fromtimestamp(moment, tz=timezone.utc).isoformat()[:-6] + "Z"
+    return _utc(moment).isoformat()[:-6] + "Z"
 
 
 def to_date(moment: float) -> str:
-    return datetime.fromtimestamp(moment, tz=timezone.utc).strftime("%Y-%m-%d")
+    return _utc(moment).date().isoformat()  # strftime's %Y drops the zeros of year 1
 
 
 def parse_rfc3339(text: str) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import __version__
+from gateway.accounts import SETTING_RULES
 from gateway.knowledge import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
 from gateway.learning import MAX_DAYS
 from gateway.proposals import PROPOSAL_STATES
@@ -74,14 +75,17 @@ LEARN = _obj(
 EVENT = _obj(["type", "detail"], {"type": {"type": "string", "minLength": 1, "maxLength": MAX_EVENT_TYPE}, "detail": {"type": "object"}})
 REASON = _obj(["reason"], {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE}})
 RECALL_USED = _obj(["recall_id", "entry_id"], {"recall_id": STRING, "entry_id": STRING})
+# The ranges come from the one table PATCH settings is checked against.
 SETTINGS = _obj(
     [],
     {
-        "k_distinct_issuers": {"type": "integer", "minimum": 1},
-        "window_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
-        "playbook_min_trusted": {"type": "integer", "minimum": 0},
-        "playbook_top_n": {"type": "integer", "minimum": 1, "maximum": 100},
-        "demotions_per_hour": {"type": "integer", "minimum": 1},
+        name: {
+            "type": "integer" if kind is int else "number",
+            "minimum": minimum,
+            **({"exclusiveMinimum": True} if name == "window_days" else {}),
+            "maximum": maximum,
+        }
+        for name, (kind, minimum, maximum, _) in SETTING_RULES.items()
     },
 )
 MESSAGE = _obj(["author", "text"], {"author": {"type": "string", "minLength": 1}, "text": {"type": "string", "minLength": 1}})

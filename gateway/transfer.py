@@ -28,11 +28,12 @@ recall index is rebuilt from the trusted entries in the same transaction.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, TextIO
 
 from gateway import trust
-from gateway.accounts import SLUG
+from gateway.accounts import SETTING_RULES, SLUG, setting_ok
 from gateway.clock import to_rfc3339
 from gateway.errors import Conflict
 from gateway.model import LEVELS, Entry, ProjectSettings
@@ -158,11 +159,21 @@ def _check_value(column: Column, value: Any, where: str) -> Any:
         raise TransferError(f"{where}: {column.name} must not be null")
     if column.type == TEXT and isinstance(value, str):
         return value
-    if column.type == INT and isinstance(value, int) and not isinstance(value, bool):
+    # A store column holds a 64-bit integer or a finite double: anything else
+    # would fail inside the import's transaction (SQLite's OverflowError) or
+    # be stored as a moment no page can print.
+    if column.type == INT and isinstance(value, int) and not isinstance(value, bool) and abs(value) < 2**63:
         return value
-    if column.type == REAL and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if column.type == REAL and isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value):
         return float(value)
     raise TransferError(f"{where}: {column.name} must be {'a string' if column.type == TEXT else 'a number'}")
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def _row_values(table_name: str, record: dict[str, Any], where: str, extra: tuple[str, ...] = ()) -> tuple[Any, ...]:
@@ -263,11 +274,12 @@ def _parse_project(record: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(settings, dict) or set(settings) != set(SETTINGS):
         raise TransferError(f"{where}: settings must hold exactly {', '.join(SETTINGS)}")
     for name in SETTINGS:
-        value = settings[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TransferError(f"{where}: settings.{name} must be a number")
+        # The ranges of CONTRACT 4, as PATCH settings holds them: an export of
+        # an older gateway may carry a value that was accepted then.
+        if not setting_ok(name, settings[name]):
+            raise TransferError(f"{where}: settings.{name} must be {SETTING_RULES[name][3]} (found {settings[name]!r})")
     created_at = record.get("created_at")
-    if isinstance(created_at, bool) or not isinstance(created_at, (int, float)):
+    if isinstance(created_at, bool) or not isinstance(created_at, (int, float)) or not _finite(created_at):
         raise TransferError(f"{where}: created_at must be a number")
     playbook = record.get("playbook")
     if not isinstance(playbook, str):
