@@ -233,7 +233,7 @@ class OidcIssuer:
             "head_ref": "",
             "base_ref": "",
             "event_name": "push",
-            "ref_type": "branch",
+            "ref_type": "tag" if ref.startswith("refs/tags/") else "branch",  # as GitHub derives it from ref
             "ref_protected": "true",
             "iss": self.url,
             "nbf": int(now) - 5,
