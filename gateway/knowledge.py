@@ -80,7 +80,8 @@ def _cursor_seq(cursor: str | None) -> int | None:
     if not isinstance(cursor, str) or len(cursor) > 32 or not cursor.isascii():
         return None
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        # Strict: the lenient decoder drops stray characters, so "czU!!" would read as "s5".
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
     except ValueError:  # binascii.Error is a ValueError
         return None
     match = _CURSOR.fullmatch(raw.decode("ascii", "replace"))

@@ -147,6 +147,13 @@ async def test_invalid_events_refutes_and_queries(client: httpx.AsyncClient, hub
         ("GET", "/v1/projects/acme/recall?q=" + "x" * 2001, None, 422),
         ("GET", "/v1/projects/acme/audit?limit=100000", None, 422),
         ("GET", "/v1/projects/acme/audit?cursor=zzz", None, 422),
+        # "s" and a 40-digit number: valid base64, an integer SQLite cannot bind
+        ("GET", "/v1/projects/acme/entries?cursor=czk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk", None, 422),
+        ("GET", "/v1/projects/acme/audit?cursor=czk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk", None, 422),
+        ("GET", "/v1/projects/acme/proposals?cursor=czk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk", None, 422),
+        ("PATCH", "/v1/projects/acme/settings", {"window_days": 1e7}, 422),
+        ("PATCH", "/v1/projects/acme/settings", {"k_distinct_issuers": 101}, 422),
+        ("PATCH", "/v1/projects/acme/settings", {"demotions_per_hour": 1_000_001}, 422),
         ("GET", "/v1/projects/acme/entries/kn_missing", None, 404),
         ("DELETE", f"/v1/projects/acme/entries/{entry['id']}", None, 405),
         ("GET", "/v1/nothing/here", None, 404),

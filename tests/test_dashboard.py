@@ -521,3 +521,28 @@ async def test_the_learning_panel_draws_figures(client: Any, acme: Any) -> None:
     assert re.search(r'data-figure="recalls"><span class="tile-number">1<', text)
     assert re.search(r'data-figure="use-rate"><span class="tile-number">100%<', text)
     assert (await client.get("/projects/acme/learning?days=0", headers=HTML)).status_code == 422
+
+
+async def test_a_database_of_schema_1_upgrades_to_server_side_sessions(database_url: str) -> None:
+    """An existing store (before sessions were kept on the server) gains the table on open."""
+    from gateway.store import open_driver
+    from gateway.store.schema import LATEST_VERSION
+
+    driver = open_driver(database_url)
+    await driver.open()
+    try:
+        async def downgrade(q: Any) -> None:
+            await q.tx.run("DROP TABLE dashboard_sessions")
+            await q.tx.run("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+
+        await driver.write(downgrade)
+    finally:
+        await driver.close()
+    upgraded = open_driver(database_url)
+    await upgraded.open()
+    try:
+        assert await upgraded.read(lambda q: q.meta_get("schema_version")) == str(LATEST_VERSION)
+        await upgraded.write(lambda q: q.insert_session("h" * 64, "t" * 64, 100.0, 200.0))
+        assert await upgraded.read(lambda q: q.count_rows("dashboard_sessions")) == 1
+    finally:
+        await upgraded.close()
