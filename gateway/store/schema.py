@@ -228,6 +228,16 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "CREATE INDEX dashboard_sessions_expiry ON dashboard_sessions(expires_at)",
         ],
     ),
+    (
+        3,
+        [
+            # The per-principal hourly budgets (CONTRACT 4) count from these:
+            # a principal's recalls (read budget) and proposals (candidate
+            # budget), each one indexed range inside the request's transaction.
+            "CREATE INDEX recalls_principal_at ON recalls(project_id, principal, at)",
+            "CREATE INDEX proposals_proposer_time ON proposals(project_id, proposed_by, created_at)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
