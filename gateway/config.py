@@ -45,6 +45,14 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _budget(value: str) -> int:
+    """An hourly budget: a whole number of at least 1 (0 would refuse everything)."""
+    number = int(value)
+    if number < 1:
+        raise ValueError(value)
+    return number
+
+
 def _hosts(value: str) -> tuple[str, ...]:
     return tuple(h.strip() for h in value.split(",") if h.strip())
 
@@ -68,8 +76,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("public_hosts", "RELAYROOM_PUBLIC_HOSTS", (),
             "comma-separated host names (host or host:port) the gateway is reached by behind a proxy; "
             "MCP's DNS-rebinding protection accepts these besides loopback", _hosts),
-    Setting("learn_per_hour", "RELAYROOM_LEARN_PER_HOUR", 600, "learn calls per principal per hour", int),
-    Setting("events_per_hour", "RELAYROOM_EVENTS_PER_HOUR", 1200, "events per principal per hour", int),
+    Setting("learn_per_hour", "RELAYROOM_LEARN_PER_HOUR", 600,
+            "candidates per principal per hour, by any path: learn (REST and MCP), the candidates its thread "
+            "messages extract, its reflection proposals", _budget),
+    Setting("events_per_hour", "RELAYROOM_EVENTS_PER_HOUR", 1200,
+            "events per principal per hour (thread messages are counted against it apart)", _budget),
+    Setting("recalls_per_hour", "RELAYROOM_RECALLS_PER_HOUR", 3600,
+            "recalls and recall_used calls per principal per hour, REST and MCP together", _budget),
     Setting("sweep_interval", "RELAYROOM_SWEEP_INTERVAL", 60.0, "seconds between background expiry sweeps", float),
     Setting("log_level", "RELAYROOM_LOG_LEVEL", "info", "debug, info, warning or error"),
     Setting("recall_embeddings", "RELAYROOM_RECALL_EMBEDDINGS", False,
@@ -92,6 +105,7 @@ class Config:
     public_hosts: tuple[str, ...] = ()
     learn_per_hour: int = 600
     events_per_hour: int = 1200
+    recalls_per_hour: int = 3600
     sweep_interval: float = 60.0
     log_level: str = "info"
     recall_embeddings: bool = False

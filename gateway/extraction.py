@@ -26,6 +26,14 @@ code blocks, quoted lines (`> ...`, so that a pasted recall answer is not
 learned again as new knowledge), questions (ending in `?`), statements of
 fewer than 3 words or 12 characters, statements over 2000 characters, and
 repeats within the message.  At most 20 statements come from one message.
+
+Cost: linear in the message, whatever its shape (a message is hostile input).
+No pattern may backtrack over more than a bounded span: a line is split into
+sentences first, a sentence over `MAX_SENTENCE_CHARS` is not considered (its
+statement would be over the entry limit anyway, or it is not a sentence), and
+the decision test is two linear scans (the first "we decided" head, the last
+"because") instead of one `.*?` that retried from every head.  At most
+`MAX_SENTENCES` sentences are looked at per message.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ MAX_STATEMENTS = 20
 MAX_STATEMENT_CHARS = 2000
 MIN_STATEMENT_CHARS = 12
 MIN_STATEMENT_WORDS = 3
+MAX_SENTENCE_CHARS = 4000
+MAX_SENTENCES = 5000
+MAX_LABEL_CHARS = 20
 
 LABELS: dict[str, str] = {
     "pitfall": "pitfall",
@@ -56,13 +67,13 @@ REMINDER_LABELS = ("note", "remember", "important")
 _EMPHASIS = r"(?:\*\*|__|\*|_)?"
 _LABEL_LINE = re.compile(
     r"^(?:[-*+]\s+|\d{1,3}[.)]\s+)?" + _EMPHASIS
-    + r"(?P<label>[A-Za-z]+)" + _EMPHASIS + r"\s*:\s*" + _EMPHASIS + r"\s*(?P<rest>.+)$"
+    + r"(?P<label>[A-Za-z]{1,%d})" % MAX_LABEL_CHARS + _EMPHASIS + r"\s*:\s*" + _EMPHASIS + r"\s*(?P<rest>.+)$"
 )
 _STANDING = re.compile(r"^(?:always|never)\b", re.IGNORECASE)
-_DECIDED = re.compile(
-    r"\bwe\s+(?:have\s+)?(?:decided|chose|agreed|settled\s+on)\b.*?\bbecause\b.+",
-    re.IGNORECASE,
-)
+# The head of a decision and its reason, matched separately: each is a
+# bounded pattern, tried once per position, so a sentence costs O(length).
+_DECIDED_HEAD = re.compile(r"\bwe (?:have )?(?:decided|chose|agreed|settled on)\b", re.IGNORECASE)
+_BECAUSE = re.compile(r"\bbecause\b(?=.)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!])\s+(?=[A-Z])")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -79,14 +90,17 @@ def extract(text: str) -> list[Extracted]:
     found: list[Extracted] = []
     seen: set[str] = set()
     in_fence = False
+    budget = [MAX_SENTENCES]  # sentences left to look at in this message
     for number, raw in enumerate(text.splitlines(), start=1):
+        if budget[0] <= 0:
+            break
         if _FENCE.match(raw):
             in_fence = not in_fence
             continue
         line = raw.strip()
         if in_fence or not line or line.startswith(">"):
             continue
-        for kind, statement in _statements_in(line):
+        for kind, statement in _statements_in(line, budget):
             key = normalise_statement(statement)  # the duplicate test learn applies
             if key in seen or not _worth_keeping(statement):
                 continue
@@ -97,16 +111,35 @@ def extract(text: str) -> list[Extracted]:
     return found
 
 
-def _statements_in(line: str) -> list[tuple[str, str]]:
+def _statements_in(line: str, budget: list[int]) -> list[tuple[str, str]]:
+    budget[0] -= 1
     labelled = _labelled(line)
     if labelled is not None:
         return [labelled]
+    if _BECAUSE.search(line) is None:  # the common case: no decision, one scan
+        return []
     out = []
     for sentence in _SENTENCE_END.split(line):
-        match = _DECIDED.search(sentence)
-        if match:
-            out.append(("decision", _clean(match.group(0))))
+        budget[0] -= 1
+        if budget[0] < 0:
+            break
+        decision = _decision(sentence)
+        if decision is not None:
+            out.append(("decision", _clean(decision)))
     return out
+
+
+def _decision(sentence: str) -> str | None:
+    """The sentence from its first "we decided" on, when "because" and a
+    reason follow it: what `we decided .*? because .+` matched, found by two
+    forward scans instead of a lazy gap retried from every head."""
+    if len(sentence) > MAX_SENTENCE_CHARS:
+        return None
+    sentence = " ".join(sentence.split())  # single spaces, so the head pattern needs no unbounded run
+    head = _DECIDED_HEAD.search(sentence)
+    if head is None or _BECAUSE.search(sentence, head.end()) is None:
+        return None
+    return sentence[head.start():]
 
 
 def _labelled(line: str) -> tuple[str, str] | None:

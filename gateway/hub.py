@@ -31,9 +31,13 @@ class Hub:
         self.driver: Driver = driver or open_driver(config.database_url)
         self.accounts = Accounts(self.driver, self.clock)
         self.knowledge = Knowledge(
-            self.driver, self.clock, WriteLimits(config.learn_per_hour, config.events_per_hour)
+            self.driver,
+            self.clock,
+            WriteLimits(config.learn_per_hour, config.events_per_hour, config.recalls_per_hour),
         )
-        self.recall = Recall(self.driver, self.clock)
+        # Recall reads the knowledge service's budgets per call, so that one
+        # object holds every budget (a test may swap it).
+        self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits)
         self.metrics = Metrics()
         self.knowledge.metrics = self.recall.metrics = self.metrics
         self.extensions: dict[str, Any] = {}

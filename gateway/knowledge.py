@@ -100,11 +100,19 @@ class SupportOutcome:
 
 @dataclass(frozen=True)
 class WriteLimits:
-    """Per-principal hourly budgets for agent writes (abuse limits, distinct
-    from the demotion budget of the trust rule)."""
+    """Per-principal hourly budgets (CONTRACT 4; abuse limits, distinct from
+    the demotion budget of the trust rule), counted from the store so that
+    every process sees the same spend:
+
+    - learn_per_hour: candidates created by any path of the principal's own
+      (learn through REST or MCP, extraction from its thread messages, its
+      reflection proposals);
+    - events_per_hour: events, and thread messages (counted apart);
+    - recalls_per_hour: recalls and recorded `recall_used` calls."""
 
     learn_per_hour: int = 600
     events_per_hour: int = 1200
+    recalls_per_hour: int = 3600
 
 
 def over_budget(what: str, principal: str, limit: int, count: int, oldest: float | None, now: float) -> RateLimited | None:
@@ -114,6 +122,13 @@ def over_budget(what: str, principal: str, limit: int, count: int, oldest: float
     return RateLimited(
         f"{principal} has reached {limit} {what} per hour; retry in {retry} s", code="rate_limited", retry_after=retry
     )
+
+
+async def candidate_refusal(q: Queries, project_id: int, principal: str, limit: int, now: float) -> RateLimited | None:
+    """The refusal when `principal` has used its hourly candidate budget (its
+    candidates by every path, counted under the budget lock), else None."""
+    count, oldest = await q.count_candidates_since(project_id, principal, now - HOUR)
+    return over_budget("candidates", principal, limit, count, oldest, now)
 
 
 async def write_candidate(
@@ -205,8 +220,7 @@ class Knowledge:
 
         async def unit(q: Queries) -> tuple[Entry, bool]:
             async def within_budget() -> None:
-                count, oldest = await q.count_learns_since(project.id, principal.name, now - HOUR)
-                refusal = over_budget("learns", principal.name, self.limits.learn_per_hour, count, oldest, now)
+                refusal = await candidate_refusal(q, project.id, principal.name, self.limits.learn_per_hour, now)
                 if refusal is not None:
                     raise refusal
 

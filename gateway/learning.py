@@ -15,7 +15,11 @@ records which of them shaped an agent's work.  Over a window of days:
 - trusted entries no recall has ever returned: candidates for retirement.
 
 Uses are counted against the recall they answer (its time, its window), so a
-day's use rate compares like with like.  The store does the counting
+day's use rate compares like with like.  Every figure here counts reported
+(recall, entry) pairs, each once, whoever reported them: it measures how
+recall answers.  RELAYROOM.md's "most used" (gateway.playbook) ranks by a
+different count on purpose, principals per entry per day, so that repeating
+oneself buys no rank; the two need not agree.  The store does the counting
 (`Queries.recall_days`, `use_days`, `entry_recall_counts`, `never_recalled`);
 `shape` is pure.
 """

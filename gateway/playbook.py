@@ -5,9 +5,13 @@ Rules (CONTRACT section 7):
 - The document starts with the base playbook, as the owner wrote it.
 - Once the project has at least `playbook_min_trusted` trusted, unexpired
   entries, a `## Project knowledge` section follows with the top
-  `playbook_top_n` of them: most used first (how many times agents reported a
-  recalled entry as used), ties broken oldest first, so the order is stable
-  between polls.
+  `playbook_top_n` of them: most used first, ties broken oldest first, so
+  the order is stable between polls.  "Used" counts the principals that
+  reported the entry used, once per principal per UTC day
+  (`Queries.most_used_trusted`): a read token repeating `recall_used` buys
+  one use a day, so reordering the document takes as many principals as
+  places gained.  (The Learning panel counts every reported (recall, entry)
+  pair instead: it measures recall, not rank.)
 - They are grouped by kind under `### Conventions`, `### Pitfalls`,
   `### Decisions`, `### Facts`; the group holding the most used entry comes
   first (ties in that fixed order), and inside a group the most used first.

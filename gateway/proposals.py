@@ -11,7 +11,7 @@ with a reason.  A proposal is decided once; each decision writes its audit row
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from gateway.clock import Clock, to_rfc3339
 from gateway.errors import Conflict, Invalid, NotFound
@@ -20,6 +20,8 @@ from gateway.knowledge import (
     MAX_EVIDENCE,
     MAX_PAGE,
     MAX_STATEMENT,
+    WriteLimits,
+    candidate_refusal,
     decode_cursor,
     encode_cursor,
     require,
@@ -86,9 +88,10 @@ class Proposal:
 
 
 class Proposals:
-    def __init__(self, driver: Driver, clock: Clock) -> None:
+    def __init__(self, driver: Driver, clock: Clock, limits: Callable[[], WriteLimits] = WriteLimits) -> None:
         self.driver = driver
         self.clock = clock
+        self.limits = limits  # read per call: the hub's budgets as they are now
 
     async def propose(self, principal: Principal, kind: Any, statement: Any, rationale: Any) -> Proposal:
         require(principal, "write", "proposing a reflection")
@@ -100,7 +103,14 @@ class Proposals:
         now = self.clock.now()
         proposal_id = new_id("pr")
 
+        limit = self.limits().learn_per_hour
+
         async def unit(q: Queries) -> dict[str, Any]:
+            # A proposal is a candidate in waiting: it spends the proposer's
+            # candidate budget (learn's), so proposals cannot flood the queue.
+            refusal = await candidate_refusal(q, project.id, principal.name, limit, now)
+            if refusal is not None:
+                raise refusal
             return await q.insert_proposal(proposal_id, project.id, kind, statement, rationale, principal.name, now)
 
         return Proposal.from_row(await self.driver.write(unit), project.slug)
@@ -197,5 +207,5 @@ def proposals_for(hub: Any) -> Proposals:
     """The hub's proposal service, made on first use."""
     service = hub.extensions.get("proposals")
     if service is None:
-        service = hub.extensions["proposals"] = Proposals(hub.driver, hub.clock)
+        service = hub.extensions["proposals"] = Proposals(hub.driver, hub.clock, lambda: hub.knowledge.limits)
     return service

@@ -3,17 +3,25 @@
 Every recall is recorded (who asked, what, which entries came back) so that
 `recall_used` can be checked against it and the Learning panel can measure
 whether recall helps.
+
+Recalls and recorded uses spend the caller's hourly read budget
+(`RELAYROOM_RECALLS_PER_HOUR`, CONTRACT 4), counted from the store before the
+search: one count over two index ranges, inside the transaction the recall
+uses anyway.  The recall's count takes no lock (a principal's recalls at once
+on several processes may pass the budget by the few in flight); recall_used
+counts under a lock, as the write budgets do.  A repeated `recall_used` of a
+pair already counted writes nothing and spends nothing.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
-from gateway.clock import Clock
+from gateway.clock import HOUR, Clock
 from gateway.errors import Invalid, NotFound
 from gateway.ids import new_id
-from gateway.knowledge import validate_kind
+from gateway.knowledge import WriteLimits, over_budget, validate_kind
 from gateway.model import Entry, Principal
 from gateway.search import MAX_QUERY_CHARS
 from gateway.store.base import Driver, read_then_write
@@ -24,10 +32,18 @@ MAX_LIMIT = 50
 
 
 class Recall:
-    def __init__(self, driver: Driver, clock: Clock) -> None:
+    def __init__(self, driver: Driver, clock: Clock, limits: Callable[[], WriteLimits] = WriteLimits) -> None:
         self.driver = driver
         self.clock = clock
+        self.limits = limits  # read per call: the hub's budgets as they are now
         self.metrics: Any = None  # set by the Hub: the recall latency histogram
+
+    async def _within_budget(self, q: Queries, principal: Principal, now: float, *, lock: bool) -> None:
+        limit = self.limits().recalls_per_hour
+        count, oldest = await q.count_reads_since(principal.project.id, principal.name, now - HOUR, lock=lock)
+        refusal = over_budget("recalls and recall_used calls", principal.name, limit, count, oldest, now)
+        if refusal is not None:
+            raise refusal
 
     async def recall(
         self, principal: Principal, query: Any, kind: Any = None, limit: Any = DEFAULT_LIMIT, *, via: str = "rest"
@@ -46,6 +62,7 @@ class Recall:
         recall_id = ""
 
         async def search(q: Queries) -> list[tuple[Entry, float]]:
+            await self._within_budget(q, principal, now, lock=False)  # before the search costs anything
             return await q.search(project.id, query, kind, limit, now)
 
         async def record(q: Queries, results: list[tuple[Entry, float]]) -> None:
@@ -71,6 +88,7 @@ class Recall:
         now = self.clock.now()
 
         async def unit(q: Queries) -> bool:
+            await self._within_budget(q, principal, now, lock=True)
             hit = await q.recall_hit(project.id, recall_id, principal.name, entry_id)
             if hit is None:
                 raise NotFound(

@@ -5,15 +5,30 @@ statement `gateway.extraction` finds as a candidate through
 `knowledge.write_candidate` (the one door every new entry goes through:
 `created_via: extraction`, the thread and message as provenance).
 Extraction never makes anything trusted.
+
+Budgets (CONTRACT 4), in this order, so that a principal over one costs an
+indexed count and nothing else:
+
+1. before extraction, one read: the poster's thread messages this hour
+   (against the event budget) and its candidates this hour (against the
+   candidate budget it shares with learn and proposals);
+2. extraction, off the event loop for a long message (it is linear, but
+   64 KiB of it should not hold up other requests);
+3. in the write, the same counts again under the budget locks (another
+   process may have spent the budget meanwhile); the candidates this message
+   would create must fit in what is left, or the whole message is refused
+   and nothing is written.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway import trust
 from gateway.clock import HOUR, Clock
-from gateway.errors import Invalid
+from gateway.errors import Invalid, RateLimited
 from gateway.extraction import extract
 from gateway.ids import new_id
 from gateway.knowledge import Knowledge, over_budget, require, validate_text, write_candidate
@@ -23,7 +38,11 @@ from gateway.store.queries import Queries
 
 MAX_THREAD_ID = 200
 MAX_AUTHOR = 200
-MAX_TEXT = 32000
+# As long as the request body allows (64 KiB): extraction is linear, so
+# length costs time in proportion, never a stall.
+MAX_TEXT = 65536
+# Above this many characters extraction runs in a worker thread.
+INLINE_EXTRACTION_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -65,32 +84,62 @@ class Threads:
         project = principal.project
         project_id = project.id
         now = self.clock.now()
-        statements = extract(text)  # pure: found before the transaction opens
-        provenance = {"thread_id": thread_id, "message_id": message_id, "author": author}
+        limits = self.knowledge.limits
+        name = principal.name
 
-        limit = self.knowledge.limits.events_per_hour
-
-        async def store(q: Queries) -> PostedMessage:
-            # A message is an agent event like any other: the same hourly
-            # budget keeps a loop from flooding the review queue.
-            count, oldest = await q.count_thread_messages_since(project_id, principal.name, now - HOUR)
-            refusal = over_budget("thread messages", principal.name, limit, count, oldest, now)
+        async def budget_left(q: Queries, *, lock: bool) -> tuple[int, float | None]:
+            """(candidates this message may still create, the oldest candidate
+            of the hour); raises when the poster is at its message or
+            candidate budget already."""
+            # A message is an agent event like any other: the event budget
+            # keeps a loop from flooding the review queue.
+            count, oldest = await q.count_thread_messages_since(project_id, name, now - HOUR, lock=lock)
+            refusal = over_budget("thread messages", name, limits.events_per_hour, count, oldest, now)
             if refusal is not None:
                 raise refusal
-            await q.insert_thread_message(message_id, project_id, thread_id, author, text, principal.name, now)
+            spent, first = await q.count_candidates_since(project_id, name, now - HOUR, lock=lock)
+            refusal = over_budget("candidates", name, limits.learn_per_hour, spent, first, now)
+            if refusal is not None:
+                raise refusal
+            return limits.learn_per_hour - spent, first
 
+        # At a budget already: refused before extraction costs anything.
+        await self.driver.read(lambda q: budget_left(q, lock=False))
+        if len(text) > INLINE_EXTRACTION_CHARS:
+            statements = await asyncio.to_thread(extract, text)
+        else:
+            statements = extract(text)
+        provenance = {"thread_id": thread_id, "message_id": message_id, "author": author}
+
+        async def store(q: Queries) -> PostedMessage:
+            left, first = await budget_left(q, lock=True)
+            await q.insert_thread_message(message_id, project_id, thread_id, author, text, name, now)
             posted = PostedMessage(message_id)
+
+            async def spend() -> None:
+                # Past the budget: the whole message is refused, and raising
+                # here rolls back the message and the candidates before it.
+                if len(posted.candidates) >= left:
+                    raise RateLimited(
+                        f"{name} has {left} of its {limits.learn_per_hour} candidates per hour left and this "
+                        f"message would create more; retry in {trust.rate_limit_retry_after(first, now)} s "
+                        "or post fewer statements",
+                        code="rate_limited",
+                        retry_after=trust.rate_limit_retry_after(first, now),
+                    )
+
             for found in statements:
                 entry, duplicate = await write_candidate(
                     q,
                     project,
-                    author=principal.name,
+                    author=name,
                     kind=found.kind,
                     statement=found.statement,
                     evidence=None,
                     via="extraction",
                     now=now,
                     provenance=dict(provenance, line=found.line),
+                    before_insert=spend,
                 )
                 (posted.duplicates if duplicate else posted.candidates).append(entry.id)
             return posted

@@ -313,7 +313,7 @@ def _count_round_trips(monkeypatch: Any) -> list[str]:
 
 
 @pytestmark_pg
-async def test_a_recall_is_five_round_trips_and_its_record_is_kept(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
+async def test_a_recall_is_six_round_trips_and_its_record_is_kept(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
     project = await hub.accounts.project("acme")
     await _bulk(hub, project.id, 20)
     rare = await _trusted(hub, "acme", "pitfall", RARE)
@@ -321,8 +321,10 @@ async def test_a_recall_is_five_round_trips_and_its_record_is_kept(hub: Hub, acm
     await hub.recall.recall(reader, "deploy logs")  # reads the table's statistics once
     sent = _count_round_trips(monkeypatch)
     recall_id, results = await hub.recall.recall(reader, "why do deploy logs drop a line at midnight?", None, 5)
-    # BEGIN (with SET LOCAL synchronous_commit), the search, the entries, the record, COMMIT.
-    assert len(sent) == 5, sent
+    # BEGIN (with SET LOCAL synchronous_commit), the read budget's count (before
+    # the search costs anything), the search, the entries, the record, COMMIT.
+    assert len(sent) == 6, sent
+    assert sent[1].startswith("SELECT SUM(n)")
     assert sent[0].startswith("BEGIN ISOLATION LEVEL REPEATABLE READ") and "synchronous_commit TO OFF" in sent[0]
     assert results[0][0].id == rare and len(results) == 5
     monkeypatch.undo()

@@ -482,10 +482,12 @@ class Queries:
             since,
         )
 
-    async def _count_since(self, lock: str, sql: str, *args: Any) -> tuple[int, float | None]:
+    async def _count_since(self, lock: str | None, sql: str, *args: Any) -> tuple[int, float | None]:
         """`sql`'s count `n` and its `oldest` time, with the lock named `lock`
-        held (`serialize`) until the transaction ends: the count decides."""
-        await self.serialize(lock)
+        held (`serialize`) until the transaction ends: the count decides.
+        No lock (None) for a pre-check in a read, which the write repeats."""
+        if lock is not None:
+            await self.serialize(lock)
         row = await self.tx.one(sql, *args)
         return (int(row["n"]), row["oldest"]) if row else (0, None)
 
@@ -552,15 +554,55 @@ class Queries:
             now,
         )
 
-    async def count_learns_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
-        return await self._count_since(
-            f"budget:learns:{project_id}:{principal}",
+    async def count_candidates_since(
+        self, project_id: int, principal: str, since: float, *, lock: bool = True
+    ) -> tuple[int, float | None]:
+        """The candidates `principal` created since `since` by any path of
+        its own (learn, extraction from its thread messages, its proposals;
+        an approved reflection is its proposal, not a second candidate), and
+        the oldest of them.  With `lock`, learn, threads and proposals
+        serialise on one key, so two paths at once cannot both take the last
+        free slot."""
+        if lock:
+            await self.serialize(f"budget:candidates:{project_id}:{principal}")
+        row = await self.tx.one(
+            "SELECT SUM(n) AS n, MIN(oldest) AS oldest FROM ("
             "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM entries "
-            "WHERE project_id = ? AND created_by = ? AND created_at > ? AND created_via = 'learn'",
+            "WHERE project_id = ? AND created_by = ? AND created_at > ? AND created_via IN ('learn', 'extraction') "
+            "UNION ALL SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM proposals "
+            "WHERE project_id = ? AND proposed_by = ? AND created_at > ?) x",
+            project_id,
+            principal,
+            since,
             project_id,
             principal,
             since,
         )
+        return (int(row["n"] or 0), row["oldest"]) if row else (0, None)
+
+    async def count_reads_since(
+        self, project_id: int, principal: str, since: float, *, lock: bool = False
+    ) -> tuple[int, float | None]:
+        """`principal`'s recalls and recorded uses since `since` (the read
+        budget), and the oldest of them.  Two index ranges: its recalls, and
+        the project's uses of the hour joined to their recall's principal
+        (a use belongs to the principal of the recall it answers)."""
+        if lock:
+            await self.serialize(f"budget:reads:{project_id}:{principal}")
+        row = await self.tx.one(
+            "SELECT SUM(n) AS n, MIN(oldest) AS oldest FROM ("
+            "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM recalls WHERE project_id = ? AND principal = ? AND at > ? "
+            "UNION ALL SELECT COUNT(*) AS n, MIN(ru.at) AS oldest FROM recall_uses ru "
+            "JOIN recalls r ON r.seq = ru.recall_seq "
+            "WHERE ru.project_id = ? AND ru.at > ? AND r.principal = ?) x",
+            project_id,
+            principal,
+            since,
+            project_id,
+            since,
+            principal,
+        )
+        return (int(row["n"] or 0), row["oldest"]) if row else (0, None)
 
     async def count_events_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
         return await self._count_since(
@@ -853,11 +895,18 @@ class Queries:
         return int(row["n"]) if row else 0
 
     async def most_used_trusted(self, project_id: int, now: float, limit: int) -> list[tuple[Entry, int]]:
-        """Trusted, unexpired entries, most used first (ties: oldest first)."""
+        """Trusted, unexpired entries, most used first (ties: oldest first).
+
+        "Used" counts (principal, UTC day) pairs, not calls: a principal
+        reporting one entry used a hundred times in a day is one use, so
+        repeating itself buys a token no rank (CONTRACT 4)."""
+        day = self._day("ru.at")
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS}, COALESCE(u.n, 0) AS uses FROM entries e "
             "JOIN projects p ON p.id = e.project_id "
-            "LEFT JOIN (SELECT entry_seq, COUNT(*) AS n FROM recall_uses WHERE project_id = ? GROUP BY entry_seq) u "
+            "LEFT JOIN (SELECT entry_seq, COUNT(*) AS n FROM ("
+            f"SELECT DISTINCT ru.entry_seq, r.principal, {day} AS day FROM recall_uses ru "
+            "JOIN recalls r ON r.seq = ru.recall_seq WHERE ru.project_id = ?) d GROUP BY entry_seq) u "
             "ON u.entry_seq = e.seq "
             f"WHERE e.project_id = ? AND {STATE_FILTERS['trusted']} "
             "ORDER BY COALESCE(u.n, 0) DESC, e.seq ASC LIMIT ?",
@@ -1018,10 +1067,10 @@ class Queries:
         )
 
     async def count_thread_messages_since(
-        self, project_id: int, principal: str, since: float
+        self, project_id: int, principal: str, since: float, *, lock: bool = True
     ) -> tuple[int, float | None]:
         return await self._count_since(
-            f"budget:messages:{project_id}:{principal}",
+            f"budget:messages:{project_id}:{principal}" if lock else None,
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM thread_messages WHERE project_id = ? AND posted_by = ? AND at > ?",
             project_id,
             principal,
