@@ -17,7 +17,10 @@ network path is what is under test.
   `relayroom checkmap check` exits 1) and not loaded.
 
 Query length, page size and the per-principal learn and event budgets are
-held in tests/test_bad_input.py and tests/test_entries_api.py.
+held in tests/test_bad_input.py and tests/test_entries_api.py; the one
+candidate budget across learn, thread extraction and proposals, the read
+budget, and hostile 64 KiB thread messages against a real server in
+tests/test_attack_budgets.py.
 """
 
 from __future__ import annotations
