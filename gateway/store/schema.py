@@ -234,8 +234,10 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             # The per-principal hourly budgets (CONTRACT 4) count from these:
             # a principal's recalls (read budget) and proposals (candidate
             # budget), each one indexed range inside the request's transaction.
-            "CREATE INDEX recalls_principal_at ON recalls(project_id, principal, at)",
-            "CREATE INDEX proposals_proposer_time ON proposals(project_id, proposed_by, created_at)",
+            # IF NOT EXISTS: a store rolled back to an older version number
+            # (a test, or an operator's restore) may keep them.
+            "CREATE INDEX IF NOT EXISTS recalls_principal_at ON recalls(project_id, principal, at)",
+            "CREATE INDEX IF NOT EXISTS proposals_proposer_time ON proposals(project_id, proposed_by, created_at)",
         ],
     ),
 ]
