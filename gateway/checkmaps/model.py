@@ -108,6 +108,7 @@ class Problem:
     file: str
     line: int
     message: str
+    severity: str = "error"  # "note": said to the reader, never a reason to refuse the file
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}: {self.message}"
