@@ -1,7 +1,8 @@
 """`relayroom checkmap check [DIR]`: validate check maps before they ship.
 
 Prints one `FILE:LINE: message` per problem on stdout and exits 1, or a
-short OK line and exits 0.  When a store is at hand (`--database-url`,
+short OK line and exits 0.  Notes (`FILE:LINE: note: ...`, the events a
+binding's allow_events lets vote) are printed too and do not fail the check.  When a store is at hand (`--database-url`,
 RELAYROOM_DATABASE_URL, or an existing default SQLite file) it also
 reports maps naming a project the store lacks and supported ids that are
 not entries of the map's project.
@@ -59,6 +60,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     problems = registry.problems()
     for problem in problems:
         print(problem)
+    for note in registry.notes():  # what a map lifts on purpose: printed, not counted
+        print(note)
     if problems:
         print(f"relayroom: {len(problems)} problem(s) in the check maps of {folder}", file=sys.stderr)
         return 1

@@ -194,6 +194,9 @@ def test_the_poll_reads_only_files_whose_stat_moved(tmp_path: Path, monkeypatch:
 
 
 def test_one_file_per_project(tmp_path: Path) -> None:
+    """At start neither of two files naming one project is loaded (nothing
+    decides for one of them); once one is alone it loads, and a second file
+    arriving later is the error while the first stays in force."""
     folder = tmp_path / "maps: team"  # a ": " in the path must not garble the FILE:LINE: message
     folder.mkdir()
     (folder / "a.yaml").write_text(GOOD)
@@ -201,14 +204,25 @@ def test_one_file_per_project(tmp_path: Path) -> None:
     registry = registry_for(folder)
     registry.reload()
     rows = {Path(r["file"]).name: r for r in registry.status()}
-    expected = f"{folder / 'b.yml'}:1: project acme is already mapped by {folder / 'a.yaml'}; one file per project"
-    assert rows["a.yaml"]["error"] is None
-    assert rows["b.yml"]["sha256"] is None and rows["b.yml"]["error"] == expected
-    assert [str(p) for p in registry.problems()] == [expected]
-    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_1",)
-    (folder / "a.yaml").unlink()
+    a, b = folder / "a.yaml", folder / "b.yml"
+    assert rows["a.yaml"]["sha256"] is None and rows["b.yml"]["sha256"] is None
+    assert [str(p) for p in registry.problems()] == [
+        f"{a}:1: not loaded: project acme is already mapped by {b}; one file per project (neither file is loaded "
+        "until one of them changes)",
+        f"{b}:1: not loaded: project acme is already mapped by {a}; one file per project (neither file is loaded "
+        "until one of them changes)",
+    ]
+    assert registry.snapshot.rule("acme", "migrations") is None
+    b.unlink()
     registry.reload()
-    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_9",)
+    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_1",) and registry.problems() == []
+    (folder / "0-takeover.yaml").write_text(GOOD.replace("kn_1", "kn_9"))
+    registry.reload()
+    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_1",)
+    assert [str(p) for p in registry.problems()] == [
+        f"{folder / '0-takeover.yaml'}:1: not loaded: project acme is already mapped by {a}; one file per project "
+        "(that file is in force and stays in force)"
+    ]
 
 
 def test_only_top_level_files_are_loaded(tmp_path: Path) -> None:

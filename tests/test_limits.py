@@ -464,7 +464,7 @@ def small_map(project: str, *, issuers: int = 1, checks: int = 1, supports: int 
     style one a line, the first check's ids one a line (so each has its line)."""
     lines = [f"project: {project}", "issuers:"]
     for n in range(issuers):
-        lines += ["  - provider: webhook", f"    source: canary-{n}", f"    secret_env: CANARY_{n}_SECRET"]
+        lines += ["  - provider: webhook", f"    source: canary-{n}", f"    secret_env: CANARY_{project.replace('-', '_')}_{n}_SECRET"]
     lines += ["checks:", "  check-0:", "    supports:"] + [f"      - kn_{n}" for n in range(supports)]
     lines += [f"  check-{n}: {{supports: [kn_0]}}" for n in range(1, checks)]
     return "\n".join(lines) + "\n"
@@ -568,7 +568,7 @@ def test_the_file_cap_through_the_cli_exits_1(tmp_path: Path) -> None:
 
     for n in range(MAX_FILES + 2):
         (tmp_path / f"p{n:04d}.yaml").write_text(f"project: p{n:04d}\nissuers:\n  - provider: webhook\n"
-                                                  "    source: canary\n    secret_env: CANARY_SECRET\n")
+                                                  f"    source: canary\n    secret_env: CANARY_{n}_SECRET\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")}
     result = subprocess.run([sys.executable, "-m", "gateway", "checkmap", "check", str(tmp_path)], capture_output=True,
                             text=True, env=env, cwd=tmp_path, timeout=60)

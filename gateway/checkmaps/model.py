@@ -16,6 +16,10 @@ GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
 GITLAB_ISSUER = "https://gitlab.com"
 GITHUB_HOST = "github.com"
 
+# GitHub events whose runs build the code of the ref they name: they vote
+# without allow_events (CONTRACT 5.5).
+GITHUB_VOTING_EVENTS = ("push", "schedule", "workflow_dispatch")
+
 OIDC_PROVIDERS = ("github-actions", "gitlab", "oidc")
 PROVIDERS = OIDC_PROVIDERS + ("webhook",)
 

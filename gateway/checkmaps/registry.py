@@ -3,9 +3,10 @@ changes or on SIGHUP, and looked up by the attestation intake.
 
 Only the folder's top-level `*.yaml`/`*.yml` files are loaded (sub-folders
 such as `examples/` are not).  A file that fails validation is reported and
-the last good version of that file stays in force.  One file per project:
-when two files name the same project the first by name keeps it and the
-other is reported.  At most MAX_FILES files are loaded, the first by name:
+the last good version of that file stays in force.  Files must not collide
+(one file per project, one binding per secret variable, no issuer bound both
+by ids and by sub): the file in force stays in force and a colliding
+newcomer is reported and not loaded (`gateway.checkmaps.conflicts`).  At most MAX_FILES files are loaded, the first by name:
 the gateway keeps running with those and reports every file past the cap
 (on /readyz and by `relayroom checkmap check`) as not loaded.  What the store knows (does the project exist, are the
 supported ids entries of that project) is checked after each load and
@@ -27,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.checkmaps.model import OIDC_PROVIDERS, Binding, CheckMap, CheckRule, Problem
-from gateway.checkmaps.validate import validate_text
+from gateway.checkmaps.conflicts import resolve
+from gateway.checkmaps.validate import allow_event_notes, validate_text
 from gateway.clock import Clock, to_rfc3339
 
 log = logging.getLogger("relayroom.checkmaps")
@@ -51,16 +53,13 @@ class _FileState:
     disk_stat: tuple[int, int, int, int] | None = None
     parsed: CheckMap | None = None
     problems: list[Problem] = field(default_factory=list)
-    conflict: Problem | None = None
+    conflicts: list[Problem] = field(default_factory=list)
     in_force: CheckMap | None = None
     loaded_at: float | None = None
     warnings: list[Problem] = field(default_factory=list)
 
     def error(self) -> str | None:
-        messages = [str(p) for p in self.problems]
-        if self.conflict:
-            messages.append(str(self.conflict))
-        return "; ".join(messages) or None
+        return "; ".join(str(p) for p in self.problems + self.conflicts) or None
 
 
 @dataclass(frozen=True)
@@ -209,27 +208,28 @@ class CheckmapRegistry:
         return changed
 
     def _resolve(self) -> None:
-        """Decide, file by file in name order, which version is in force."""
+        """Decide which version of each file is in force (`conflicts.resolve`:
+        the file in force stays, a colliding newcomer is the error)."""
         now = self.clock.now()
-        claimed: dict[str, str] = {}
-        for name in sorted(self._files):
+        decisions = resolve({name: (state.in_force, state.parsed) for name, state in self._files.items()})
+        for name, decision in decisions.items():
             state = self._files[name]
-            state.conflict = None
-            wanted = state.parsed
-            if wanted is not None and wanted.project in claimed:
-                state.conflict = Problem(name, 1, f"project {wanted.project} is already mapped by "
-                                         f"{claimed[wanted.project]}; one file per project")
-                log.warning("check map problem: %s", state.conflict)
-                wanted = None
-            if wanted is not None:
-                if state.in_force is None or state.in_force.sha256 != wanted.sha256:
-                    state.in_force, state.loaded_at = wanted, now
-                    state.warnings = []
-            elif state.in_force is not None and state.in_force.project in claimed:
+            state.conflicts = list(decision.problems)
+            for problem in state.conflicts:
+                log.warning("check map problem: %s", problem)
+            if decision.keep is None:
                 state.in_force, state.loaded_at = None, None
-            if state.in_force is not None:
-                claimed[state.in_force.project] = name
+            elif state.in_force is None or state.in_force.sha256 != decision.keep.sha256:
+                state.in_force, state.loaded_at = decision.keep, now
+                state.warnings = []
+                for note in allow_event_notes(decision.keep):
+                    log.info("check map %s", note)
         self.snapshot = Snapshot.build([s.in_force for s in self._files.values() if s.in_force is not None])
+
+    def notes(self) -> list[Problem]:
+        """What the maps in force lift on purpose (allow_events): not problems, but worth a reviewer's eye."""
+        return [note for name in sorted(self._files) if (m := self._files[name].in_force) is not None
+                for note in allow_event_notes(m)]
 
     async def check_store(self, driver: Any) -> None:
         """Report maps naming a project this gateway lacks, and supported ids
@@ -270,8 +270,7 @@ class CheckmapRegistry:
         for name in sorted(self._files):
             state = self._files[name]
             out.extend(state.problems)
-            if state.conflict:
-                out.append(state.conflict)
+            out.extend(state.conflicts)
             out.extend(state.warnings)
         out.extend(self._skip_problems())
         return out

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from gateway.checkmaps.model import (
     GITHUB_ISSUER,
+    GITHUB_VOTING_EVENTS,
     GITLAB_ISSUER,
     PROVIDERS,
     Binding,
@@ -29,6 +30,7 @@ from gateway.checkmaps.model import (
     Problem,
 )
 from gateway.checkmaps.yaml_lines import Locator, Path, load
+
 
 MAX_FILE_BYTES = 256 * 1024
 SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -96,6 +98,7 @@ def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[P
         out.add(("project",) if "project" in data else (), "project must be a project slug (^[a-z0-9][a-z0-9-]{0,62}$)")
         project = "?"
     bindings = _bindings(data, project, out)
+    _one_voice_each(bindings, out)
     checks = _checks(data, out)
     if out.problems:
         return None, sorted(out.problems, key=lambda p: p.line)
@@ -185,6 +188,47 @@ def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | 
     if len(out.problems) > before:
         return None
     return Binding(**fields)
+
+
+# Issuers whose tokens carry immutable ids: bound by those ids, never by `sub`.
+ID_ISSUERS = (GITHUB_ISSUER, GITLAB_ISSUER)
+
+
+def _one_voice_each(bindings: list[Binding], out: _Collector) -> None:
+    """Inside one file, what `conflicts` enforces across files: one binding
+    per secret variable, and no issuer bound by sub that has immutable ids."""
+    seen: dict[str, Binding] = {}
+    for binding in bindings:
+        for name in (binding.secret_env, binding.webhook_secret_env):
+            if not name:
+                continue
+            if name in seen:
+                out.problems.append(Problem(out.file, binding.line, f"the secret variable {name} is already named by "
+                                            f"the binding at line {seen[name].line}; one secret is one sender, and one "
+                                            "sender is one voice: give each binding its own variable"))
+            else:
+                seen[name] = binding
+    by_id = {b.issuer for b in bindings if b.provider in ("github-actions", "gitlab") and b.issuer}
+    for binding in bindings:
+        if binding.provider == "oidc" and binding.issuer and (binding.issuer in ID_ISSUERS or binding.issuer in by_id):
+            out.problems.append(Problem(out.file, binding.line, f"{binding.issuer} has immutable ids: bind it with "
+                                        "provider: github-actions or gitlab (by repository_id or project_id), never "
+                                        "by sub, which names can be made to match"))
+
+
+def allow_event_notes(checkmap: CheckMap) -> list[Problem]:
+    """One note per event a binding lets vote on purpose: the reviewer of
+    the map should see each one (they are not problems: the map loads)."""
+    notes = []
+    for binding in checkmap.bindings:
+        for event in binding.allow_events:
+            if binding.provider == "github-actions" and event in GITHUB_VOTING_EVENTS:
+                text = f"allow_events names {event}, which votes anyway"
+            else:
+                text = (f"allow_events lifts {event}: runs of this event vote, and they may build code that is not "
+                        "on a listed ref")
+            notes.append(Problem(checkmap.file, binding.line, f"note: {text}"))
+    return notes
 
 
 def _issuer(item: dict[str, Any], provider: str, path: Path, out: _Collector) -> str | None:

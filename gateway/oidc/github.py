@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.checkmaps.model import Binding
+from gateway.checkmaps.model import GITHUB_VOTING_EVENTS, Binding
 from gateway.errors import Forbidden
 from gateway.oidc import workflows
 from gateway.oidc.claims import (
@@ -40,7 +40,7 @@ REQUIRED = ("repository", "repository_id", "repository_owner_id", "ref", "sha", 
             "run_id", "run_attempt")
 # The events whose run is the code of its ref: pushed to it, scheduled on
 # the default branch, or dispatched on a chosen ref by someone with write access.
-VOTING_EVENTS = ("push", "schedule", "workflow_dispatch")
+VOTING_EVENTS = GITHUB_VOTING_EVENTS
 PROVENANCE = ("repository", "repository_id", "repository_owner_id", "ref", "ref_type", "sha", "workflow",
               "workflow_ref", "job_workflow_ref", "run_id", "run_number", "run_attempt", "event_name", "actor",
               "environment")
