@@ -227,7 +227,7 @@ def allow_event_notes(checkmap: CheckMap) -> list[Problem]:
             else:
                 text = (f"allow_events lifts {event}: runs of this event vote, and they may build code that is not "
                         "on a listed ref")
-            notes.append(Problem(checkmap.file, binding.line, f"note: {text}"))
+            notes.append(Problem(checkmap.file, binding.line, f"note: {text}", severity="note"))
     return notes
 
 
