@@ -65,8 +65,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("allow_insecure_issuers", "RELAYROOM_ALLOW_INSECURE_ISSUERS", False,
             "1 lets an OIDC issuer be http:// on a loopback address (tests, local dev only)", _flag),
     Setting("github_webhook_secret", "RELAYROOM_GITHUB_WEBHOOK_SECRET", None,
-            "hub-wide secret for GitHub X-Hub-Signature-256 webhooks (unset: /v1/webhooks/github answers 404 "
-            "unless a binding names its own secret)", lambda v: Secret(v) if v else None),
+            "secret of a GitHub App the operator runs for the whole hub (X-Hub-Signature-256); it verifies "
+            "deliveries only for bindings with github_app: true (unset: /v1/webhooks/github answers 404 unless a "
+            "binding names its own webhook_secret_env)", lambda v: Secret(v) if v else None),
     Setting("secret_key", "RELAYROOM_SECRET_KEY", None,
             "signs dashboard session cookies; generated once and kept in the store when unset",
             lambda v: Secret(v) if v else None),
