@@ -52,9 +52,9 @@ def free_port() -> int:
 
 
 async def prepare(db_url: str, folder: Path, issuer_url: str) -> None:
-    from gateway.config import Config
+    from gateway.core.config import Config
     from gateway.hub import Hub
-    from gateway.model import Principal
+    from gateway.knowledge.model import Principal
 
     hub = Hub(Config.from_env({}, database_url=db_url))
     await hub.start(background=False)

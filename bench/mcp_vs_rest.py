@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from recall_latency import Text, add_trusted  # noqa: E402
-from gateway.config import Config  # noqa: E402
+from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
 
 QUESTIONS = [

@@ -39,11 +39,11 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.clock import SystemClock  # noqa: E402
-from gateway.config import Config  # noqa: E402
+from gateway.core.clock import SystemClock  # noqa: E402
+from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
-from gateway.search import identifier_parts  # noqa: E402
-from gateway.trust import normalise_statement  # noqa: E402
+from gateway.recall.search import identifier_parts  # noqa: E402
+from gateway.knowledge.trust import normalise_statement  # noqa: E402
 
 TARGET_MB = 200
 BATCH = 20_000

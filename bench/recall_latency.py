@@ -39,12 +39,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.clock import ManualClock  # noqa: E402
-from gateway.config import Config  # noqa: E402
+from gateway.core.clock import ManualClock  # noqa: E402
+from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
-from gateway.model import Principal  # noqa: E402
-from gateway.search import identifier_parts  # noqa: E402
-from gateway.trust import normalise_statement  # noqa: E402
+from gateway.knowledge.model import Principal  # noqa: E402
+from gateway.recall.search import identifier_parts  # noqa: E402
+from gateway.knowledge.trust import normalise_statement  # noqa: E402
 
 BATCH = 20_000
 KINDS = ("fact", "convention", "pitfall", "decision")

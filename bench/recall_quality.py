@@ -38,11 +38,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.clock import ManualClock  # noqa: E402
-from gateway.config import Config  # noqa: E402
+from gateway.core.clock import ManualClock  # noqa: E402
+from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
-from gateway.model import Principal  # noqa: E402
-from gateway.search import DEFAULT_RANKING, LADDER, Ranking  # noqa: E402
+from gateway.knowledge.model import Principal  # noqa: E402
+from gateway.recall.search import DEFAULT_RANKING, LADDER, Ranking  # noqa: E402
 
 EVAL_DIR = Path(__file__).resolve().parent / "recall_eval"
 K = 10
@@ -180,7 +180,7 @@ async def evaluate(
             if embedded:
                 # The production path: vectors filled the way a serving
                 # process fills them, then the index's own fusion.
-                from gateway import embeddings
+                from gateway.recall import embeddings
 
                 while await embeddings.fill_once(fixture.hub):
                     pass
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     embedded = False
     if not args.no_embeddings:
-        from gateway.embeddings import available
+        from gateway.recall.embeddings import available
 
         embedded = available()
     rankings: list[Ranking] = list(LADDER)

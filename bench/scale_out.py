@@ -48,7 +48,7 @@ async def drive_all(ports: list[int], requests: list[list[bytes]], clients: int)
 
 
 async def totals(db_url: str) -> dict[str, int]:
-    from gateway.config import Config
+    from gateway.core.config import Config
     from gateway.hub import Hub
 
     hub = Hub(Config.from_env({}, database_url=db_url, sweep_interval=0.0))

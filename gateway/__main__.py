@@ -1,4 +1,4 @@
-from gateway.cli import main
+from gateway.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

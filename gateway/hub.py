@@ -12,12 +12,12 @@ import contextlib
 import logging
 from typing import Any
 
-from gateway.accounts import Accounts
-from gateway.clock import Clock, SystemClock
-from gateway.config import Config
-from gateway.knowledge import Knowledge, WriteLimits
-from gateway.metrics import Metrics
-from gateway.recall import Recall
+from gateway.accounts.service import Accounts
+from gateway.core.clock import Clock, SystemClock
+from gateway.core.config import Config
+from gateway.knowledge.service import Knowledge, WriteLimits
+from gateway.core.metrics import Metrics
+from gateway.recall.service import Recall
 from gateway.store import open_driver
 from gateway.store.base import Driver
 

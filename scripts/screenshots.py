@@ -29,10 +29,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gateway.clock import DAY, HOUR, ManualClock  # noqa: E402
-from gateway.config import Config  # noqa: E402
+from gateway.core.clock import DAY, HOUR, ManualClock  # noqa: E402
+from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
-from gateway.model import Support  # noqa: E402
+from gateway.knowledge.model import Support  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -137,7 +137,7 @@ async def seed(database_url: str, checkmaps: str) -> dict[str, str]:
                 await hub.knowledge.learn(agents[author], kind, statement, via="extraction",
                                           provenance={"thread_id": "ci-upgrade", "message_id": "msg_demo"})
             elif via == "reflection":
-                from gateway.proposals import proposals_for
+                from gateway.knowledge.proposals import proposals_for
 
                 proposal = await proposals_for(hub).propose(
                     agents[author], kind, statement, "Every canary run in the last week arrived that way."
@@ -146,7 +146,7 @@ async def seed(database_url: str, checkmaps: str) -> dict[str, str]:
             else:
                 await hub.knowledge.learn(agents[author], kind, statement)
             clock.advance(60)
-        from gateway.proposals import proposals_for
+        from gateway.knowledge.proposals import proposals_for
 
         await proposals_for(hub).propose(
             agents["agent-9"], "pitfall", "Renaming a check in CI silently unmaps it from the check map.",
@@ -159,7 +159,7 @@ async def seed(database_url: str, checkmaps: str) -> dict[str, str]:
 
 
 async def _attest(hub: Hub, project: Any, issuer: str, check: str, outcome: str, entry_id: str | None) -> None:
-    from gateway.ids import new_id
+    from gateway.core.ids import new_id
 
     now = hub.clock.now()
     attestation_id = new_id("at")

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from gateway.model import Principal
+from gateway.knowledge.model import Principal
 from tests.oidc_issuer import OidcIssuer
 
 TABLES = ("attestations", "supports", "seen_tokens", "webhook_deliveries", "audit")

@@ -22,8 +22,8 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 import pytest
 
-from gateway.clock import ManualClock
-from gateway.config import Config
+from gateway.core.clock import ManualClock
+from gateway.core.config import Config
 from gateway.hub import Hub
 
 BACKENDS = ["sqlite", "postgres"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from gateway.model import Support
+from gateway.knowledge.model import Support
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -18,12 +18,12 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import extraction
-from gateway.clock import DAY, HOUR
-from gateway.config import Config
+from gateway.knowledge import extraction
+from gateway.core.clock import DAY, HOUR
+from gateway.core.config import Config
 from gateway.hub import Hub
-from gateway.knowledge import WriteLimits
-from gateway.model import Principal
+from gateway.knowledge.service import WriteLimits
+from gateway.knowledge.model import Principal
 from tests.conftest import LiveServer, ProjectTokens, live_setup, make_project
 from tests.helpers import bearer, settle, snapshot
 
@@ -102,7 +102,7 @@ async def test_a_principal_at_the_budget_is_refused_before_extraction_runs(
     def never(text: str) -> list[Any]:
         raise AssertionError("extraction ran for a principal at its budget")
 
-    monkeypatch.setattr("gateway.threads.extract", never)
+    monkeypatch.setattr("gateway.knowledge.threads.extract", never)
     await refused_and_nothing_written(hub, lambda: post_message(client, acme.writer, "we chose " * 3000))
     # Plain chatter too: at the budget, the message is refused whole.
     await refused_and_nothing_written(hub, lambda: post_message(client, acme.writer, "just saying hello"))

@@ -2,7 +2,7 @@
 
 The attacker can add a file to the folder (a pull request that slips past
 review, a second tool writing there) but cannot change the reviewed map in
-force.  Three rules hold, all settled by `gateway.checkmaps.conflicts`: one
+force.  Three rules hold, all settled by `gateway.ci.checkmaps.conflicts`: one
 file per project, one binding per secret variable, and no issuer with
 immutable ids bound by `sub`; a colliding newcomer is the error and the file
 in force stays in force.  Each variant asserts the problem is reported
@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import webhook_signatures as sig
-from gateway.checkmaps.conflicts import resolve
-from gateway.checkmaps.validate import validate_text
+from gateway.ci import webhook_signatures as sig
+from gateway.ci.checkmaps.conflicts import resolve
+from gateway.ci.checkmaps.validate import validate_text
 from tests.attest_fixtures import checkmap, gitlab_binding, learn, write_map
 from tests.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import make_project

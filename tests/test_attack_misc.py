@@ -250,8 +250,8 @@ async def test_settings_out_of_range_are_refused_through_the_dashboard_form(clie
 async def test_settings_out_of_range_are_refused_at_project_creation_and_import(hub: Any, acme: Any) -> None:
     import json
 
-    from gateway.errors import Invalid
-    from gateway.transfer import TransferError, export_project, import_project
+    from gateway.core.errors import Invalid
+    from gateway.knowledge.transfer import TransferError, export_project, import_project
 
     for k, window in [(101, None), (0, None), (None, 1e7), (None, 3651), (None, float("nan")), (None, float("inf"))]:
         with pytest.raises(Invalid):

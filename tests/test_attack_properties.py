@@ -29,9 +29,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway import webhook_signatures as sig
-from gateway.clock import ManualClock
-from gateway.config import Config
+from gateway.ci import webhook_signatures as sig
+from gateway.core.clock import ManualClock
+from gateway.core.config import Config
 from gateway.hub import Hub
 from tests.oidc_issuer import OidcIssuer
 

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import webhook_signatures as sig
-from gateway.config import Secret
+from gateway.ci import webhook_signatures as sig
+from gateway.core.config import Secret
 from tests.attest_fixtures import checkmap, github_binding, gitlab_binding, learn, write_map
 from tests.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import make_project
@@ -332,7 +332,7 @@ async def test_project_mismatch_names_no_project(
 
 
 def test_allow_events_accepts_any_event_name_and_github_app_only_a_boolean() -> None:
-    from gateway.checkmaps.validate import validate_text
+    from gateway.ci.checkmaps.validate import validate_text
 
     base = "project: acme\nissuers:\n  - provider: github-actions\n    repository_id: \"1\"\n    refs: [refs/heads/main]\n"
     checkmap_, problems = validate_text(base + "    allow_events: [pull_request, issue_comment]\n    github_app: true\n",

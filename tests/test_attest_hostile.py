@@ -20,7 +20,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from jwt.api_jws import PyJWS
 
-from gateway import webhook_signatures as sig
+from gateway.ci import webhook_signatures as sig
 from tests.attest_fixtures import checkmap, counts, github_binding, gitlab_binding, learn, write_map
 from tests.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import make_project
@@ -380,6 +380,6 @@ async def test_hostile_input_is_refused_and_records_nothing(
 
 
 async def _owner(hub: Any) -> Any:
-    from gateway.model import Principal
+    from gateway.knowledge.model import Principal
 
     return Principal(await hub.accounts.project("acme"), "olivia", "owner")

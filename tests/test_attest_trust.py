@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway import webhook_signatures as sig
-from gateway.model import Principal
+from gateway.ci import webhook_signatures as sig
+from gateway.knowledge.model import Principal
 from tests.attest_fixtures import checkmap, github_binding, gitlab_binding
 from tests.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import live_setup, make_project

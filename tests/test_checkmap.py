@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.checkmaps import CheckmapRegistry, validate_text
-from gateway.clock import ManualClock
+from gateway.ci.checkmaps import CheckmapRegistry, validate_text
+from gateway.core.clock import ManualClock
 from tests.attest_fixtures import learn
 from tests.conftest import make_project
 
@@ -287,7 +287,7 @@ async def test_a_change_is_in_force_within_two_seconds(hub: Any, tmp_path: Path)
 
 async def test_validating_a_changed_map_does_not_stall_the_event_loop(
         hub: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.checkmaps.registry as registry_module
+    import gateway.ci.checkmaps.registry as registry_module
 
     real_validate = registry_module.validate_text
 
@@ -424,7 +424,7 @@ def test_a_file_the_validator_cannot_handle_is_reported_and_the_last_good_versio
     def explode(raw: Any, name: str) -> Any:
         raise RuntimeError("a bug in a validator")
 
-    monkeypatch.setattr("gateway.checkmaps.registry.validate_text", explode)
+    monkeypatch.setattr("gateway.ci.checkmaps.registry.validate_text", explode)
     (tmp_path / "acme.yaml").write_text(GOOD + "# edited\n")
     assert registry.reload() is True
     [row] = registry.status()

@@ -124,7 +124,7 @@ def test_sweep_prints_count(cli_env: dict[str, str]) -> None:
 def test_defaults_are_the_contracts_and_the_settings_table_agrees() -> None:
     from dataclasses import fields
 
-    from gateway.config import SETTINGS, Config
+    from gateway.core.config import SETTINGS, Config
 
     config = Config.from_env({})
     assert (config.database_url, config.checkmaps, config.audience) == ("sqlite:///./relayroom.db", "./checkmaps", "relayroom")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.cli import main
-from gateway.model import Principal
+from gateway.cli.main import main
+from gateway.knowledge.model import Principal
 from tests.conftest import LiveServer, ProjectTokens, free_port, live_setup, make_project
 
 

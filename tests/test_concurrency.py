@@ -8,8 +8,8 @@ from typing import Any
 
 import httpx
 
-from gateway.errors import GatewayError
-from gateway.model import Support
+from gateway.core.errors import GatewayError
+from gateway.knowledge.model import Support
 from tests.conftest import ProjectTokens
 from tests.helpers import audit_actions, bearer, learn
 

@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.clock import SystemClock
-from gateway.config import Config
+from gateway.core.clock import SystemClock
+from gateway.core.config import Config
 from gateway.hub import Hub
 from tests.conftest import free_port
 from tests.oidc_issuer import OidcIssuer

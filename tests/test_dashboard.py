@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.clock import DAY, HOUR, to_date
+from gateway.core.clock import DAY, HOUR, to_date
 from tests.dashboard_helpers import HTML, csrf_for, csrf_from, login, post_form
 from tests.helpers import audit_actions, bearer, learn, snapshot
 
@@ -442,7 +442,7 @@ async def test_approve_and_reject_proposals_in_the_dashboard(client: Any, acme: 
 
 
 async def test_the_checks_page_lists_every_attested_check(client: Any, acme: Any, hub: Any) -> None:
-    from gateway.ids import new_id
+    from gateway.core.ids import new_id
 
     related = await _entry(client, acme, "Staging migrations must run before the deploy")
     await _entry(client, acme, "Something unrelated about fonts")
@@ -471,7 +471,7 @@ async def test_the_checks_page_lists_every_attested_check(client: Any, acme: Any
 async def test_checks_use_the_check_map_registry_when_there_is_one(client: Any, acme: Any, hub: Any) -> None:
     from types import SimpleNamespace
 
-    from gateway.ids import new_id
+    from gateway.core.ids import new_id
 
     project = await hub.accounts.project("acme")
     now = hub.clock.now()

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from gateway import trust
-from gateway.ids import new_id
+from gateway.knowledge import trust
+from gateway.core.ids import new_id
 from tests.dashboard_helpers import HTML, login
 
 ENTRIES = 100_000

@@ -130,7 +130,7 @@ def test_the_wheel_the_image_installs_builds_from_its_build_context(tmp_path: Pa
     assert result.returncode == 0, result.stderr[-2000:]
     wheel = next((tmp_path / "wheels").glob("relayroom_gateway-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for module in ("gateway/cli.py", "gateway/store/postgres.py", "gateway/web/app.py", "gateway/transfer.py"):
+    for module in ("gateway/cli/main.py", "gateway/store/postgres.py", "gateway/web/app.py", "gateway/knowledge/transfer.py"):
         assert module in names
     for data in (ROOT / "gateway").rglob("*"):
         if data.suffix in (".html", ".css", ".js", ".sql", ".md", ".json") and "__pycache__" not in data.parts:

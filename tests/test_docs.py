@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.config import SETTINGS, settings_markdown
+from gateway.core.config import SETTINGS, settings_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_configuration_doc_matches_settings_table() -> None:
     text = (ROOT / "docs" / "configuration.md").read_text()
-    assert settings_markdown() in text, "regenerate docs/configuration.md from gateway.config.settings_markdown()"
+    assert settings_markdown() in text, "regenerate docs/configuration.md from gateway.core.config.settings_markdown()"
     for setting in SETTINGS:
         assert setting.env in text
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from gateway.clock import DAY, HOUR
+from gateway.core.clock import DAY, HOUR
 from tests.conftest import ProjectTokens
 from tests.helpers import audit_actions, bearer, learn, support
 
@@ -311,7 +311,7 @@ async def test_playbook_get_and_put(client: httpx.AsyncClient, acme: ProjectToke
 
 
 async def test_learn_and_event_budgets(hub: Any, client: httpx.AsyncClient, acme: ProjectTokens, clock: Any) -> None:
-    from gateway.knowledge import WriteLimits
+    from gateway.knowledge.service import WriteLimits
 
     hub.knowledge.limits = WriteLimits(learn_per_hour=3, events_per_hour=2)
     for i in range(3):

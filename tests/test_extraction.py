@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.extraction import MAX_STATEMENTS, extract
+from gateway.knowledge.extraction import MAX_STATEMENTS, extract
 from tests.helpers import audit_actions, bearer, snapshot
 
 TAKEN = [
@@ -164,7 +164,7 @@ async def test_levels_and_projects(client: Any, acme: Any, hub: Any) -> None:
 
 
 async def test_thread_messages_share_the_hourly_event_budget(client: Any, acme: Any, hub: Any) -> None:
-    from gateway.knowledge import WriteLimits
+    from gateway.knowledge.service import WriteLimits
 
     hub.knowledge.limits = WriteLimits(learn_per_hour=600, events_per_hour=2)
     assert (await _post(client, acme.writer, "hello")).status_code == 201

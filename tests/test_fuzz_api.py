@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import response_schema_conformance
 
-from gateway.clock import SystemClock
-from gateway.config import Config
+from gateway.core.clock import SystemClock
+from gateway.core.config import Config
 from gateway.hub import Hub
-from gateway.openapi_spec import spec
+from gateway.web.openapi_spec import spec
 from gateway.web.app import build_app
 from tests.conftest import LiveServer
 
@@ -107,7 +107,7 @@ async def _seed(hub: Hub) -> tuple[dict[str, str], list[str], list[str]]:
     await hub.knowledge.confirm(owner, ids[0])
     await hub.knowledge.confirm(owner, ids[1])
     await hub.knowledge.refute(owner, ids[1], "no longer true after the upgrade")
-    from gateway.proposals import proposals_for
+    from gateway.knowledge.proposals import proposals_for
 
     proposal = await proposals_for(hub).propose(writer, "convention", "Branches are named after the issue.", "seen twice")
     return tokens, ids, [proposal.id]

@@ -34,10 +34,10 @@ import yaml
 from hypothesis import HealthCheck, Phase, example, given
 from hypothesis import strategies as st
 
-from gateway.checkmaps.model import OIDC_PROVIDERS
-from gateway.checkmaps.validate import BINDING_KEYS, SECRET_KEYS, validate_text
-from gateway.clock import SystemClock
-from gateway.config import Config
+from gateway.ci.checkmaps.model import OIDC_PROVIDERS
+from gateway.ci.checkmaps.validate import BINDING_KEYS, SECRET_KEYS, validate_text
+from gateway.core.clock import SystemClock
+from gateway.core.config import Config
 from gateway.hub import Hub
 from gateway.web.app import build_app
 from tests.attest_fixtures import checkmap, github_binding, learn as learn_direct, write_map

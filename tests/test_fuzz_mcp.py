@@ -33,8 +33,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given
 from hypothesis import strategies as st
 
-from gateway.clock import SystemClock
-from gateway.config import Config
+from gateway.core.clock import SystemClock
+from gateway.core.config import Config
 from gateway.hub import Hub
 from gateway.web.app import build_app
 from tests.conftest import LiveServer

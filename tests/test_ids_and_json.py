@@ -8,8 +8,9 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import ids, jsonio
-from gateway.clock import to_rfc3339
+from gateway.core import ids
+from gateway.core import jsonio
+from gateway.core.clock import to_rfc3339
 
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gateway.clock import DAY, HOUR, to_date
-from gateway.learning import LEAST_USEFUL_MIN_RETURNED, rank_entries, shape_days, window_start
+from gateway.core.clock import DAY, HOUR, to_date
+from gateway.recall.learning import LEAST_USEFUL_MIN_RETURNED, rank_entries, shape_days, window_start
 from tests.helpers import bearer, learn, settle
 
 

@@ -41,9 +41,9 @@ import httpx
 import pytest
 import uvicorn
 
-from gateway.checkmaps.model import Problem
-from gateway.clock import SystemClock
-from gateway.config import Config
+from gateway.ci.checkmaps.model import Problem
+from gateway.core.clock import SystemClock
+from gateway.core.config import Config
 from gateway.hub import Hub
 from gateway.web.http_limits import MAX_HEAD_BYTES, BoundedHttpToolsProtocol
 from tests.attest_fixtures import checkmap, github_binding, learn as learn_direct, write_map
@@ -445,7 +445,7 @@ async def test_a_misbehaving_issuer_costs_a_bounded_wait_and_the_job_retries(
 async def test_a_check_map_over_the_size_cap_is_reported_and_not_loaded(
     client: httpx.AsyncClient, hub: Any, checkmap_dir: Path
 ) -> None:
-    from gateway.checkmaps.validate import MAX_FILE_BYTES
+    from gateway.ci.checkmaps.validate import MAX_FILE_BYTES
 
     await make_project(hub, "acme")
     entry_id = await learn_direct(hub, "acme", "Check maps are short.")
@@ -475,9 +475,9 @@ def line_of(text: str, needle: str) -> int:
 
 
 def test_caps_inside_one_check_map_are_problems_at_their_line(tmp_path: Path) -> None:
-    from gateway.checkmaps.registry import CheckmapRegistry
-    from gateway.checkmaps.validate import MAX_BINDINGS, MAX_CHECKS, MAX_SUPPORTS, validate_text
-    from gateway.clock import ManualClock
+    from gateway.ci.checkmaps.registry import CheckmapRegistry
+    from gateway.ci.checkmaps.validate import MAX_BINDINGS, MAX_CHECKS, MAX_SUPPORTS, validate_text
+    from gateway.core.clock import ManualClock
 
     at_the_caps = small_map("acme", issuers=MAX_BINDINGS, checks=MAX_CHECKS, supports=MAX_SUPPORTS)
     checkmap, problems = validate_text(at_the_caps, "acme.yaml")
@@ -520,8 +520,8 @@ def test_caps_inside_one_check_map_are_problems_at_their_line(tmp_path: Path) ->
 
 
 def test_files_past_the_folder_cap_are_reported_and_not_loaded(tmp_path: Path) -> None:
-    from gateway.checkmaps.registry import MAX_REPORTED_SKIPS, CheckmapRegistry
-    from gateway.clock import ManualClock
+    from gateway.ci.checkmaps.registry import MAX_REPORTED_SKIPS, CheckmapRegistry
+    from gateway.core.clock import ManualClock
 
     for slug in ("delta", "alpha", "echo", "charlie", "bravo"):
         (tmp_path / f"{slug}.yaml").write_text(small_map(slug))
@@ -564,7 +564,7 @@ def test_the_file_cap_through_the_cli_exits_1(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from gateway.checkmaps.registry import MAX_FILES
+    from gateway.ci.checkmaps.registry import MAX_FILES
 
     for n in range(MAX_FILES + 2):
         (tmp_path / f"p{n:04d}.yaml").write_text(f"project: p{n:04d}\nissuers:\n  - provider: webhook\n"

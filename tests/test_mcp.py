@@ -17,7 +17,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.model import Principal
+from gateway.knowledge.model import Principal
 from tests.conftest import LiveServer, ProjectTokens, live_setup, make_project
 
 TOOLS = {"recall", "learn", "recall_used", "report_error"}
@@ -252,7 +252,7 @@ async def test_host_and_origin_checks_accept_the_public_hosts_and_refuse_others(
 
 
 def test_allowed_hosts_without_public_hosts_are_loopback_only() -> None:
-    from gateway.mcp_server import allowed_hosts_and_origins
+    from gateway.mcp.server import allowed_hosts_and_origins
 
     hosts, origins = allowed_hosts_and_origins(())
     assert set(hosts) == {"127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gateway.model import Principal
+from gateway.knowledge.model import Principal
 from tests.conftest import LiveServer, ProjectTokens, live_setup, make_project
 
 

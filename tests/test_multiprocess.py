@@ -16,12 +16,12 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from gateway.clock import DAY, HOUR, ManualClock
-from gateway.config import Config
-from gateway.errors import GatewayError
+from gateway.core.clock import DAY, HOUR, ManualClock
+from gateway.core.config import Config
+from gateway.core.errors import GatewayError
 from gateway.hub import Hub
-from gateway.ids import new_id
-from gateway.model import Support
+from gateway.core.ids import new_id
+from gateway.knowledge.model import Support
 from gateway.store import open_driver
 from tests.conftest import ProjectTokens
 

@@ -27,9 +27,9 @@ from typing import Any, AsyncIterator, Iterator
 import httpx
 import pytest
 
-from gateway.config import Config
+from gateway.core.config import Config
 from gateway.hub import Hub
-from gateway.model import Principal
+from gateway.knowledge.model import Principal
 from tests.attest_fixtures import checkmap, github_binding, gitlab_binding
 from tests.conftest import ProjectTokens, free_port, make_project
 from tests.oidc_issuer import OidcIssuer

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.logs import JsonFormatter
+from gateway.core.logs import JsonFormatter
 from tests.attest_fixtures import checkmap, github_binding, gitlab_binding, learn as learn_direct, write_map
 from tests.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import ProjectTokens, make_project

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from jwt import PyJWK
 
-from gateway.errors import Unauthorized, Unavailable
-from gateway.oidc.fetch import JsonFetcher, url_allowed
-from gateway.oidc.keys import KeyCache, parse_jwks
+from gateway.core.errors import Unauthorized, Unavailable
+from gateway.ci.oidc.fetch import JsonFetcher, url_allowed
+from gateway.ci.oidc.keys import KeyCache, parse_jwks
 from tests.attest_fixtures import issuer  # noqa: F401 (fixture)
 from tests.oidc_issuer import OidcIssuer, pooled_key
 
@@ -181,7 +181,7 @@ def test_only_https_or_loopback_in_test_mode_is_contacted(url: str, insecure: bo
 
 
 async def test_the_fetcher_refuses_plain_http_when_insecure_issuers_are_off(issuer: OidcIssuer) -> None:
-    from gateway.oidc.fetch import FetchError
+    from gateway.ci.oidc.fetch import FetchError
 
     fetcher = JsonFetcher(allow_insecure=False)
     with pytest.raises(FetchError):
@@ -196,7 +196,7 @@ async def test_one_deadline_holds_the_whole_fetch(issuer: OidcIssuer, mode: str)
     only a deadline on the whole fetch (connect, headers, body) ends it."""
     import time
 
-    from gateway.oidc.fetch import FetchError
+    from gateway.ci.oidc.fetch import FetchError
     from tests.drip_server import JWKS, DripIssuer
 
     fetcher = JsonFetcher(allow_insecure=True, timeout=0.3)

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jwt import PyJWK
 
-from gateway.checkmaps.model import Binding
-from gateway.errors import Forbidden, Unauthorized
-from gateway.oidc import github, gitlab, token as jwt_token, workflows
+from gateway.ci.checkmaps.model import Binding
+from gateway.core.errors import Forbidden, Unauthorized
+from gateway.ci.oidc import github, gitlab, token as jwt_token, workflows
 from tests.oidc_issuer import OidcIssuer
 
 SEGMENTS = [b"", b"e30", b"e30=", b"e30==", b"e30===", b"YWJj", b"YWJjZA", b"YWJjZA==", b"YWJjZA=", b"YWJjZB", b"!!!!",

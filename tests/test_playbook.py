@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gateway.clock import DAY
-from gateway.playbook import SECTION_HEADING, PlaybookEntry, etag, etag_matches, render
+from gateway.core.clock import DAY
+from gateway.knowledge.playbook import SECTION_HEADING, PlaybookEntry, etag, etag_matches, render
 from tests.helpers import bearer
 
 URL = "/projects/acme/RELAYROOM.md"

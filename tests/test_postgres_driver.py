@@ -15,9 +15,9 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from gateway.errors import GatewayError, Unavailable
+from gateway.core.errors import GatewayError, Unavailable
 from gateway.hub import Hub
-from gateway.search import DEFAULT_RANKING
+from gateway.recall.search import DEFAULT_RANKING
 from gateway.store.postgres import PostgresDriver, _plain, affected_rows, redact, split_url, to_dollar_params
 from gateway.store.search_postgres import lexeme, rank_weights
 from gateway.store.schema import LATEST_VERSION

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import Invalid
+from gateway.core.errors import Invalid
 from gateway.hub import Hub
-from gateway.model import Principal
-from gateway.search import (
+from gateway.knowledge.model import Principal
+from gateway.recall.search import (
     BASELINE,
     DEFAULT_RANKING,
     MAX_QUERY_CHARS,
@@ -28,7 +28,7 @@ from gateway.search import (
     prune,
     terms,
 )
-from gateway.vocabulary import synonyms_for
+from gateway.recall.vocabulary import synonyms_for
 from tests.conftest import ProjectTokens, make_project
 from tests.helpers import settle
 
@@ -306,7 +306,7 @@ async def test_a_big_project_sets_common_words_aside_and_still_finds_the_rare_an
     """Past COMMON_ROWS matches the index prunes words that match thousands
     of rows; the entry holding the rare word must still come first, with
     and without a kind filter."""
-    from gateway.search import COMMON_ROWS, identifier_parts
+    from gateway.recall.search import COMMON_ROWS, identifier_parts
 
     project = (await hub.accounts.project("acme"))
     now = hub.clock.now()

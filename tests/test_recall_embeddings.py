@@ -7,9 +7,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from gateway import embeddings
+from gateway.recall import embeddings
 from gateway.hub import Hub
-from gateway.model import Principal
+from gateway.knowledge.model import Principal
 from tests.conftest import ProjectTokens
 
 

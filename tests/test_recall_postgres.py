@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from gateway.hub import Hub
-from gateway.model import Principal
-from gateway.search import DEFAULT_RANKING, Candidate, Phrase, plan_query, rerank
+from gateway.knowledge.model import Principal
+from gateway.recall.search import DEFAULT_RANKING, Candidate, Phrase, plan_query, rerank
 from gateway.store import search_postgres as sp
 from tests.conftest import ProjectTokens
 

@@ -19,14 +19,14 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from gateway.clock import HOUR, ManualClock
-from gateway.config import Config
-from gateway.errors import Conflict, GatewayError
+from gateway.core.clock import HOUR, ManualClock
+from gateway.core.config import Config
+from gateway.core.errors import Conflict, GatewayError
 from gateway.hub import Hub
-from gateway.model import Support
-from gateway.proposals import proposals_for
+from gateway.knowledge.model import Support
+from gateway.knowledge.proposals import proposals_for
 from gateway.store.transfer_sql import DERIVED_TABLES, HUB_TABLES, TABLES
-from gateway.transfer import TransferError, export_project, import_project, write_jsonl
+from gateway.knowledge.transfer import TransferError, export_project, import_project, write_jsonl
 from gateway.web.owner_api import threads_for
 from tests.conftest import ProjectTokens, make_project
 from tests.helpers import snapshot

@@ -17,11 +17,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.clock import DAY, ManualClock
-from gateway.config import Config
-from gateway.errors import GatewayError
+from gateway.core.clock import DAY, ManualClock
+from gateway.core.config import Config
+from gateway.core.errors import GatewayError
 from gateway.hub import Hub
-from gateway.model import Support
+from gateway.knowledge.model import Support
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import trust
-from gateway.trust import Contradiction, EntryFacts, TrustSettings, Verdict
+from gateway.knowledge import trust
+from gateway.knowledge.trust import Contradiction, EntryFacts, TrustSettings, Verdict
 
 NOW = 1_800_000_000.0
 DAY = 86400.0

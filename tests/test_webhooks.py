@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway import webhook_signatures as sig
-from gateway.config import Secret
+from gateway.ci import webhook_signatures as sig
+from gateway.core.config import Secret
 from tests.attest_fixtures import checkmap, counts, github_binding, learn, write_map
 from tests.attest_fixtures import issuer  # noqa: F401 (fixture)
 from tests.oidc_issuer import OidcIssuer

@@ -45,7 +45,7 @@ from functools import lru_cache
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
-from gateway.errors import Conflict, Unavailable
+from gateway.core.errors import Conflict, Unavailable
 from gateway.store.base import T, Unit
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable
 
-from gateway import jsonio
-from gateway.clock import HOUR
-from gateway.model import ContradictionRecord, Entry, Project, ProjectSettings, Support
+from gateway.core import jsonio
+from gateway.core.clock import HOUR
+from gateway.knowledge.model import ContradictionRecord, Entry, Project, ProjectSettings, Support
 from gateway.store.base import Tx
 from gateway.store.search_index import index_for
 
@@ -801,8 +801,8 @@ class Queries:
         return int(row["n"]) if row else 0
 
     # -- the owner's side: proposals, thread messages, playbook, learning, checks
-    # (issue 5).  Rows are returned as dicts; gateway.proposals, gateway.learning
-    # and gateway.playbook shape them.
+    # (issue 5).  Rows are returned as dicts; gateway.knowledge.proposals, gateway.recall.learning
+    # and gateway.knowledge.playbook shape them.
 
     def _day(self, column: str) -> str:
         """The UTC day number of an epoch column (moments are never negative,

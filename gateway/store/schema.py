@@ -201,7 +201,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 at {REAL} NOT NULL
             )""",
             "CREATE INDEX thread_messages_poster_time ON thread_messages(project_id, posted_by, at)",
-            # Recall's optional embedding vectors (gateway/embeddings.py), one per trusted entry.
+            # Recall's optional embedding vectors (gateway/recall/embeddings.py), one per trusted entry.
             """CREATE TABLE entry_vectors (
                 seq {INT} PRIMARY KEY,
                 project_id {INT} NOT NULL,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway import embeddings
-from gateway.model import Entry
-from gateway.search import (
+from gateway.recall import embeddings
+from gateway.knowledge.model import Entry
+from gateway.recall.search import (
     DEFAULT_RANKING,
     COMMON_ROWS,
     Candidate,
@@ -53,7 +53,7 @@ class SqliteFtsIndex:
     """One contentless FTS5 table per project, rowid = entries.seq.
 
     Columns: statement, evidence, kind, and `aliases` (the parts of
-    identifiers written together, see `gateway.search.identifier_parts`).
+    identifiers written together, see `gateway.recall.search.identifier_parts`).
     The table is contentless, so `remove` must pass the very values `add`
     indexed: `_row` is the one place that computes them."""
 
@@ -120,7 +120,7 @@ class SqliteFtsIndex:
     ) -> dict[int, float]:
         """BM25 over the index alone (no join), the agent's words and their
         synonyms as two queries, fused.  In a big project the phrases that
-        match thousands of rows are set aside first (`gateway.search.prune`)."""
+        match thousands of rows are set aside first (`gateway.recall.search.prune`)."""
         weights = (ranking.statement_weight, ranking.evidence_weight, ranking.kind_weight, ranking.aliases_weight)
         table = self.table(project_id)
         score = f"bm25({table}, " + ", ".join(f"{float(w)!r}" for w in weights) + ")"

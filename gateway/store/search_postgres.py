@@ -15,13 +15,13 @@ measurement: with 100 other projects of 2,000 entries each, one shared table
 the bounded candidate set below): search p50 at 10k entries 5.6 ms alone,
 4.9 ms in a hub with 200k other entries.
 
-The query is the one `gateway.search.plan_query` plans for SQLite: its
+The query is the one `gateway.recall.search.plan_query` plans for SQLite: its
 phrases become tsquery lexemes (quoted, so nothing an agent typed is read as
 tsquery syntax; `:*` for a prefix phrase), OR-ed.  The vector weighs the
 statement (A), evidence (B), kind (C) and identifier parts (D) by the
 ranking's column weights; a phrase's weight (the agent's own words count
 more than synonyms) multiplies the `ts_rank` of its group; the kind-hint
-boost is `gateway.search.rerank`, shared with SQLite.
+boost is `gateway.recall.search.rerank`, shared with SQLite.
 
 Big projects.  `ts_rank` scores every row it is handed, one by one (about
 0.1 us per query word per row), and has no IDF: an OR of a question's words
@@ -67,8 +67,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from gateway.model import Entry
-from gateway.search import (
+from gateway.knowledge.model import Entry
+from gateway.recall.search import (
     DEFAULT_RANKING,
     Candidate,
     Phrase,

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import Unavailable
+from gateway.core.errors import Unavailable
 from gateway.store.base import T, Unit
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
 

@@ -1,7 +1,7 @@
 """REST routes for entries, events, recall, audit, settings and playbook.
 
 Each handler reads its inputs, calls one core function, and shapes the
-answer; the rule itself lives below, in `gateway.knowledge` and friends.
+answer; the rule itself lives below, in `gateway.knowledge.service` and friends.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.clock import parse_rfc3339, to_rfc3339
-from gateway.errors import Invalid
-from gateway.knowledge import decode_cursor, encode_cursor, require
+from gateway.core.clock import parse_rfc3339, to_rfc3339
+from gateway.core.errors import Invalid
+from gateway.knowledge.service import decode_cursor, encode_cursor, require
 from gateway.web.inputs import bearer, json_body, principal_for, query_int, query_str, raw_body
 from gateway.web.responses import JSONResponse
 

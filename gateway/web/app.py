@@ -16,7 +16,7 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
-from gateway.config import Config
+from gateway.core.config import Config
 from gateway.hub import Hub
 from gateway.web.errors import EXCEPTION_HANDLERS
 from gateway.web.middleware import GuardMiddleware
@@ -36,7 +36,7 @@ ROUTE_MODULES = (
 
 def app_from_env() -> Starlette:
     """The uvicorn factory used by `relayroom serve` (every worker builds its own)."""
-    from gateway.logs import configure_logging
+    from gateway.core.logs import configure_logging
 
     config = Config.from_env()
     configure_logging(config.log_level)
@@ -70,7 +70,7 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
             setup(hub)
         routes.extend(getattr(module, "routes", []))
 
-    from gateway.mcp_server import build_mcp_app
+    from gateway.mcp.server import build_mcp_app
 
     mcp_app, session_manager = build_mcp_app(hub)
     # A Route (not a Mount at "/") so that every other path keeps the

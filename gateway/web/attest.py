@@ -18,12 +18,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.attestations import AttestationIntake, read_statement
-from gateway.checkmaps.registry import CheckmapRegistry
-from gateway.errors import UnsupportedMedia
-from gateway.oidc.fetch import JsonFetcher
-from gateway.oidc.keys import KeyCache
-from gateway.oidc.verifier import TokenVerifier
+from gateway.ci.intake import AttestationIntake, read_statement
+from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.core.errors import UnsupportedMedia
+from gateway.ci.oidc.fetch import JsonFetcher
+from gateway.ci.oidc.keys import KeyCache
+from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.web.inputs import API_BODY_LIMIT, WEBHOOK_BODY_LIMIT, bearer, json_body, raw_body
 from gateway.web.responses import JSONResponse
 

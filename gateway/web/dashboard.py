@@ -19,9 +19,9 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from gateway import trust
-from gateway.errors import Conflict, Forbidden, GatewayError, Unauthorized
-from gateway.tokens import digest
+from gateway.knowledge import trust
+from gateway.core.errors import Conflict, Forbidden, GatewayError, Unauthorized
+from gateway.accounts.tokens import digest
 from gateway.web.api import audit_page
 from gateway.web.dashboard_base import (
     context,

@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from gateway.errors import Forbidden, GatewayError, NotFound, Unauthorized
+from gateway.core.errors import Forbidden, GatewayError, NotFound, Unauthorized
 from gateway.web.html import SECURITY_HEADERS, error_page, wants_html
 from gateway.web.session import Session, csrf_token, form_fields, load_session, require_csrf, signing_key
 

@@ -9,12 +9,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.accounts import SETTING_RULES
-from gateway.checks import OUTCOMES, checks_report
-from gateway.errors import Invalid
-from gateway.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
-from gateway.playbook import relayroom_md
-from gateway.proposals import PROPOSAL_STATES, proposals_for
+from gateway.accounts.service import SETTING_RULES
+from gateway.ci.report import OUTCOMES, checks_report
+from gateway.core.errors import Invalid
+from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
+from gateway.knowledge.playbook import relayroom_md
+from gateway.knowledge.proposals import PROPOSAL_STATES, proposals_for
 from gateway.web import charts
 from gateway.web.dashboard_base import context, owner_post, owner_session, redirect, view, with_notice
 from gateway.web.html import page

@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from gateway.errors import GatewayError
+from gateway.core.errors import GatewayError
 from gateway.web.responses import JSONResponse
 
 log = logging.getLogger("relayroom.web")

@@ -16,8 +16,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from gateway.clock import to_date, to_rfc3339
-from gateway.errors import GatewayError
+from gateway.core.clock import to_date, to_rfc3339
+from gateway.core.errors import GatewayError
 from gateway.web.errors import gateway_error_response
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent

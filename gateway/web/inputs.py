@@ -7,9 +7,9 @@ from typing import Any, Iterable
 
 from starlette.requests import Request
 
-from gateway import jsonio
-from gateway.errors import BadRequest, Invalid, NotFound, PayloadTooLarge, Unauthorized, UnsupportedMedia
-from gateway.model import Principal
+from gateway.core import jsonio
+from gateway.core.errors import BadRequest, Invalid, NotFound, PayloadTooLarge, Unauthorized, UnsupportedMedia
+from gateway.knowledge.model import Principal
 
 API_BODY_LIMIT = 64 * 1024
 WEBHOOK_BODY_LIMIT = 1024 * 1024

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.logs import REQUEST_ID
+from gateway.core.logs import REQUEST_ID
 from gateway.web.errors import error_response
 
 log = logging.getLogger("relayroom.access")

@@ -1,4 +1,4 @@
-"""`GET /openapi.json`: the API described as OpenAPI 3 (see gateway/openapi_spec.py)."""
+"""`GET /openapi.json`: the API described as OpenAPI 3 (see gateway/web/openapi_spec.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from gateway.web.responses import JSONResponse
 
 
 async def openapi(request: Request) -> Response:
-    from gateway.openapi_spec import spec
+    from gateway.web.openapi_spec import spec
 
     return JSONResponse(spec())
 

@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.knowledge import require
-from gateway.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
-from gateway.proposals import proposals_for
-from gateway.threads import Threads
+from gateway.knowledge.service import require
+from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
+from gateway.knowledge.proposals import proposals_for
+from gateway.knowledge.threads import Threads
 from gateway.web.api import created_entry
 from gateway.web.inputs import json_body, principal_for, query_int, query_str
 from gateway.web.responses import JSONResponse

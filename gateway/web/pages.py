@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.errors import NotFound, Unauthorized
-from gateway.model import Principal
-from gateway.playbook import etag, etag_matches, relayroom_md
+from gateway.core.errors import NotFound, Unauthorized
+from gateway.knowledge.model import Principal
+from gateway.knowledge.playbook import etag, etag_matches, relayroom_md
 from gateway.web.inputs import principal_for
 from gateway.web.session import SESSION_COOKIE, load_session
 

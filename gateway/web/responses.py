@@ -1,4 +1,4 @@
-"""The JSON response every route answers with: starlette's, rendered by `gateway.jsonio`."""
+"""The JSON response every route answers with: starlette's, rendered by `gateway.core.jsonio`."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse as _StarletteJSONResponse
 
-from gateway import jsonio
+from gateway.core import jsonio
 
 
 class JSONResponse(_StarletteJSONResponse):

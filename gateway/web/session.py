@@ -33,9 +33,9 @@ from itsdangerous import BadData, URLSafeSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.clock import HOUR
-from gateway.errors import BadRequest, Forbidden
-from gateway.model import Principal
+from gateway.core.clock import HOUR
+from gateway.core.errors import BadRequest, Forbidden
+from gateway.knowledge.model import Principal
 from gateway.store.queries import _project
 from gateway.web.inputs import raw_body
 

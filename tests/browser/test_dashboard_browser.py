@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from gateway.clock import DAY, to_date
+from gateway.core.clock import DAY, to_date
 from tests.conftest import live_setup
 
 CHROMIUM = "/usr/bin/chromium"
@@ -73,7 +73,7 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 async def _seed(hub: Any) -> dict[str, Any]:
-    from gateway.proposals import proposals_for
+    from gateway.knowledge.proposals import proposals_for
 
     await hub.accounts.create_project("acme")
     tokens = {

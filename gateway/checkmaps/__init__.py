@@ -1,7 +1,0 @@
-"""Check maps: which CI systems may vote for a project, and which entries each check supports."""
-
-from gateway.checkmaps.model import Binding, CheckMap, CheckRule, Problem
-from gateway.checkmaps.registry import CheckmapRegistry, Snapshot
-from gateway.checkmaps.validate import validate_text
-
-__all__ = ["Binding", "CheckMap", "CheckRule", "CheckmapRegistry", "Problem", "Snapshot", "validate_text"]

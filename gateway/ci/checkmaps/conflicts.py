@@ -1,0 +1,153 @@
+"""Which check map files may be in force together: a pure rule over parsed maps.
+
+A file claims things that only one file may hold:
+
+- its project (one file per project);
+- each secret variable its bindings name (`secret_env`, `webhook_secret_env`):
+  one sender is one voice, so two bindings reading one secret would let one
+  sender count as two issuers;
+- the issuers its `provider: oidc` bindings bind by `sub`, which may not be
+  the issuer of a provider with immutable ids that another file binds by id
+  (`github-actions`, `gitlab`): such an issuer is bound by its ids, never by
+  a name-based subject.
+
+The rule that settles a collision is the same for all three: **the file in
+force stays in force, the newcomer is the error.**  A newcomer that sorts
+first by name, or arrives while the gateway runs, never displaces a reviewed
+map.  When two files that are both newcomers collide (at start nothing is in
+force yet), neither is loaded and both are reported: nothing decides for one
+of them but a person.
+
+`resolve` takes, per file, the version in force (or None) and the version on
+disk if it validated (or None), and answers, per file, the version to keep in
+force and the collisions to report.  No I/O: `CheckmapRegistry` feeds it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.ci.checkmaps.model import CheckMap, Problem
+
+# Kinds of claim.  Two claims of one value collide when their kinds are in
+# COLLIDE: a project or a secret variable is exclusive; an issuer bound by id
+# may be shared by many files (several projects on GitHub) but not with a
+# file that binds it by subject.
+PROJECT, SECRET, BY_ID, BY_SUBJECT = "project", "secret variable", "issuer bound by id", "issuer bound by sub"
+COLLIDE = {(PROJECT, PROJECT), (SECRET, SECRET), (BY_ID, BY_SUBJECT), (BY_SUBJECT, BY_ID)}
+
+
+@dataclass(frozen=True)
+class Claim:
+    kind: str
+    value: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    keep: CheckMap | None  # the version in force after this resolution
+    problems: tuple[Problem, ...] = ()
+
+
+def claims(checkmap: CheckMap) -> list[Claim]:
+    out = [Claim(PROJECT, checkmap.project, 1)]
+    for binding in checkmap.bindings:
+        for name in (binding.secret_env, binding.webhook_secret_env):
+            if name:
+                out.append(Claim(SECRET, name, binding.line))
+        if binding.issuer and binding.provider in ("github-actions", "gitlab"):
+            out.append(Claim(BY_ID, binding.issuer, binding.line))
+        elif binding.issuer and binding.provider == "oidc":
+            out.append(Claim(BY_SUBJECT, binding.issuer, binding.line))
+    return out
+
+
+Held = dict[str, dict[str, list[Claim]]]  # claimed value -> file -> its claims of that value
+
+
+def _collisions(mine: list[Claim], held: Held, me: str) -> list[tuple[Claim, str, int]]:
+    """(my claim, the first other file holding against it, how many more do)
+    for each of my claims that collides: bounded by my claims, however many
+    files collide."""
+    found = []
+    for claim in mine:
+        others = sorted(f for f, theirs in held.get(claim.value, {}).items()
+                        if f != me and any((claim.kind, c.kind) in COLLIDE for c in theirs))
+        if others:
+            found.append((claim, others[0], len(others) - 1))
+    return found
+
+
+def _hold(held: Held, name: str, checkmap: CheckMap | None) -> None:
+    for value in [v for v, files in held.items() if name in files]:
+        del held[value][name]
+        if not held[value]:
+            del held[value]
+    if checkmap is not None:
+        for claim in claims(checkmap):
+            held.setdefault(claim.value, {}).setdefault(name, []).append(claim)
+
+
+def _problem(name: str, claim: Claim, other: str, more: int, *, other_in_force: bool) -> Problem:
+    if claim.kind == PROJECT:
+        what = f"project {claim.value} is already mapped by {other}; one file per project"
+    elif claim.kind == SECRET:
+        what = (f"the secret variable {claim.value} is already named by a binding in {other}; one secret is one "
+                "sender, and one sender is one voice: give each binding its own variable")
+    elif claim.kind == BY_SUBJECT:
+        what = (f"{claim.value} is bound by its immutable ids in {other}; a provider: oidc binding may not bind it "
+                "by sub: use a github-actions or gitlab binding")
+    else:
+        what = (f"{claim.value} is bound by sub (provider: oidc) in {other}; an issuer with immutable ids is bound "
+                "by them, never by sub")
+    if more:
+        what += f" (and by {more} other file{'s' if more > 1 else ''})"
+    if other_in_force:
+        return Problem(name, claim.line, f"not loaded: {what} (that file is in force and stays in force)")
+    return Problem(name, claim.line, f"not loaded: {what} (neither file is loaded until one of them changes)")
+
+
+def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[str, Decision]:
+    """`files` maps a file name to (version in force, valid version on disk)."""
+    held: Held = {}
+    for name in sorted(files):
+        _hold(held, name, files[name][0])
+    decisions: dict[str, Decision] = {}
+    # Files in force first: an edit of one of them is judged against the
+    # others in force; an edit that collides keeps the version in force.
+    for name in sorted(n for n in files if files[n][0] is not None):
+        in_force, wanted = files[name]
+        if wanted is None or wanted.sha256 == in_force.sha256:  # type: ignore[union-attr]
+            decisions[name] = Decision(in_force)
+            continue
+        hits = _collisions(claims(wanted), held, name)
+        if hits:
+            decisions[name] = Decision(in_force, tuple(_problem(name, c, o, m, other_in_force=True) for c, o, m in hits))
+            continue
+        _hold(held, name, wanted)
+        decisions[name] = Decision(wanted)
+    # Newcomers: refused when they collide with a file in force, or with
+    # another newcomer (then both are refused).
+    newcomers = sorted(n for n in files if files[n][0] is None)
+    pending: dict[str, CheckMap] = {}
+    for name in newcomers:
+        wanted = files[name][1]
+        if wanted is None:
+            decisions[name] = Decision(None)
+            continue
+        hits = _collisions(claims(wanted), held, name)
+        if hits:
+            decisions[name] = Decision(None, tuple(_problem(name, c, o, m, other_in_force=True) for c, o, m in hits))
+        else:
+            pending[name] = wanted
+    among: Held = {}
+    for name, wanted in pending.items():
+        _hold(among, name, wanted)
+    for name, wanted in pending.items():
+        hits = _collisions(claims(wanted), among, name)
+        if hits:
+            decisions[name] = Decision(None, tuple(_problem(name, c, o, m, other_in_force=False) for c, o, m in hits))
+        else:
+            decisions[name] = Decision(wanted)
+    return decisions

@@ -1,0 +1,425 @@
+"""The attestation intake: a verified CI voice becomes a recorded attestation
+and, when the check map maps its check, support for entries.
+
+Three doors lead here: an OIDC token (`POST /v1/attestations`), GitHub's
+`workflow_run` webhook, and a Standard Webhooks source.  Each ends in one
+store write unit that
+
+1. reserves the replay key (the token's `jti` until it could no longer be
+   accepted, the signed run id and attempt, or the `webhook-id`),
+2. records the attestation, counted or not (`unmapped_check`,
+   `workflow_not_allowed`, `not_success`), and
+3. for a counted one, adds one support per mapped entry through
+   `Knowledge.apply_support`, which deduplicates on issuer + check and
+   promotes in the same transaction.
+
+A refusal raised inside the unit rolls the whole unit back: a refused token
+uses up nothing.  CI can only promote: a failure is recorded and demotes
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Mapping
+
+from gateway.accounts.service import SLUG
+from gateway.ci.checkmaps.model import GITHUB_HOST, Binding, CheckRule
+from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
+from gateway.core.ids import new_id
+from gateway.knowledge.model import Support
+from gateway.ci.oidc import github, workflows
+from gateway.ci.oidc.claims import Refusal
+from gateway.ci.oidc.token import LEEWAY_SECONDS
+from gateway.ci.oidc.verifier import TokenVerifier
+from gateway.ci.oidc.workflows import WorkflowRef
+from gateway.ci import webhook_signatures as signatures
+
+log = logging.getLogger("relayroom.attestations")
+
+OUTCOMES = ("success", "failure", "cancelled", "skipped")
+MAX_CHECK = 200
+MAX_RUN_URL = 2000
+
+
+@dataclass(frozen=True)
+class Statement:
+    """What a CI run says: the request body of 5.1, validated."""
+
+    check: str
+    outcome: str
+    project: str | None
+    run_url: str | None
+
+
+def read_statement(body: Mapping[str, Any], *, any_outcome: bool = False) -> Statement:
+    check = body.get("check")
+    if not isinstance(check, str) or not 1 <= len(check) <= MAX_CHECK or not check.isprintable():
+        raise Invalid(f"check must be 1 to {MAX_CHECK} printable characters", code="invalid_check", extra={"field": "check"})
+    outcome = body.get("outcome")
+    if outcome not in OUTCOMES and not (any_outcome and isinstance(outcome, str) and 0 < len(outcome) <= 40):
+        raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}", code="invalid_outcome", extra={"field": "outcome"})
+    project = body.get("project")
+    if project is not None and (not isinstance(project, str) or not SLUG.match(project)):
+        raise Invalid("project must be a project slug", code="invalid_field", extra={"field": "project"})
+    run_url = body.get("run_url")
+    if run_url is not None and (
+        not isinstance(run_url, str) or len(run_url) > MAX_RUN_URL or not run_url.startswith(("https://", "http://"))
+    ):
+        raise Invalid(f"run_url must be an http(s) URL of at most {MAX_RUN_URL} characters", code="invalid_field",
+                      extra={"field": "run_url"})
+    return Statement(check=check, outcome=outcome, project=project, run_url=run_url)
+
+
+def decide(rule: CheckRule | None, outcome: str, workflow: WorkflowRef | None, home: str | None) -> str | None:
+    """None when the attestation counts, else the reason it does not."""
+    if rule is None:
+        return "unmapped_check"
+    if rule.workflows is not None and not workflows.names(rule.workflows, workflow, home):
+        return "workflow_not_allowed"
+    if outcome != "success":
+        return "not_success"
+    return None
+
+
+Reservation = Callable[[Any, float], Awaitable[bool]]
+
+
+class AttestationIntake:
+    def __init__(self, hub: Any, registry: CheckmapRegistry, verifier: TokenVerifier,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.hub = hub
+        self.registry = registry
+        self.verifier = verifier
+        self.environ = os.environ if environ is None else environ
+        self._counters: dict[tuple[str, str], Any] = {}
+
+    # -- the three doors ------------------------------------------------------
+
+    async def from_token(self, token: str, statement: Statement) -> dict[str, Any]:
+        credential = await self.verifier.verify(token, statement.project)
+        jti_until = credential.expires_at + LEEWAY_SECONDS
+
+        async def reserve(q: Any, now: float) -> bool:
+            if not await q.reserve_jti(credential.issuer_url, credential.jti, jti_until, now):
+                raise Conflict(
+                    "this token was already used for an attestation; request a fresh token for each attestation",
+                    code="token_reused",
+                )
+            return True
+
+        result = await self._record(
+            project=credential.project,
+            issuer=credential.issuer,
+            statement=statement,
+            workflow=credential.workflow,
+            home=credential.home_repository,
+            provenance=credential.provenance,
+            reserve=reserve,
+        )
+        assert result is not None
+        return result
+
+    async def from_github(self, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
+        snapshot = self.registry.snapshot
+        hub_secret = _reveal(self.hub.config.github_webhook_secret)
+        if not hub_secret and not any(b.webhook_secret_env for bs in snapshot.github_repositories.values() for b in bs):
+            raise NotFound("GitHub webhooks are not configured on this gateway (set RELAYROOM_GITHUB_WEBHOOK_SECRET or "
+                           "webhook_secret_env on a github-actions binding)", code="not_found")
+        payload = _json_object(raw)
+        repository = payload.get("repository") if payload else None
+        repo_id = _id_of(repository)
+        host = delivery_host(headers)
+        candidates = list(snapshot.github_repositories.get((host, repo_id), ())) if repo_id else []
+        signature = headers.get("x-hub-signature-256")
+        verified = [b for b in candidates if any(signatures.github_valid(secret, raw, signature)
+                                                 for secret in self._github_secrets(b, hub_secret))]
+        # The hub-wide secret may still sign what no binding takes from it (a
+        # ping, an unbound repository): answered, never recorded.  A binding
+        # with its own secret demands that one.
+        hub_ok = bool(hub_secret) and signatures.github_valid(hub_secret, raw, signature)
+        if not verified and (not hub_ok or any(b.webhook_secret_env for b in candidates)):
+            raise Unauthorized("X-Hub-Signature-256 does not verify with the webhook secret of this repository's "
+                               "binding (or the hub-wide secret)", code="invalid_signature")
+        if payload is None:
+            raise BadRequest("the webhook body is not a JSON object", code="malformed_json")
+        event = headers.get("x-github-event", "")
+        if event == "ping":
+            return 200, {"event": "ping", "recorded": False}
+        if event in ("check_run", "check_suite"):
+            return 200, {"event": event, "recorded": False,
+                         "reason": "check runs cannot vote: any job holding a GITHUB_TOKEN can create one"}
+        if event != "workflow_run":
+            return 200, {"event": event[:40], "recorded": False, "reason": "event_ignored"}
+        run = payload.get("workflow_run")
+        if not isinstance(run, dict):
+            return 200, {"event": event, "recorded": False, "reason": "not_a_workflow_run_payload"}
+        if payload.get("action") != "completed":
+            return 200, {"event": event, "recorded": False, "reason": "action_not_completed"}
+        if not verified:
+            # Signed with the hub-wide secret only: no binding of this repository id
+            # on this GitHub host opted in with github_app: true.
+            return 200, {"event": event, "recorded": False,
+                         "reason": "github_app_not_enabled" if candidates else "repository_not_bound"}
+        return await self._workflow_run(payload, run, verified)
+
+    async def from_source(self, source: str, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
+        bindings = list(self.registry.snapshot.webhook_sources.get(source, ()))
+        if not bindings:
+            raise NotFound(f"no check map binds the webhook source {source[:64]!r}", code="unknown_source")
+        keyed: list[tuple[Binding, bytes]] = []
+        for binding in bindings:
+            key = signatures.standard_key(self.environ.get(binding.secret_env or "", ""))
+            if key is None:
+                log.warning("webhook source %s (%s): %s does not hold a whsec_ secret", source, binding.where(),
+                            binding.secret_env)
+                continue
+            keyed.append((binding, key))
+        verdict, index = signatures.standard_verify(
+            [key for _, key in keyed],
+            headers.get("webhook-id"),
+            headers.get("webhook-timestamp"),
+            headers.get("webhook-signature"),
+            raw,
+            self.hub.clock.now(),
+        )
+        if verdict is signatures.Verdict.STALE:
+            raise Unauthorized("webhook-timestamp is more than 5 minutes away from the gateway's clock", code="stale_webhook")
+        if verdict is not signatures.Verdict.VALID:
+            raise Unauthorized("the webhook signature does not verify: send webhook-id, webhook-timestamp and "
+                               "webhook-signature (v1,<base64 HMAC-SHA256>) made with this source's secret",
+                               code="invalid_signature")
+        signing_key = keyed[index][1]
+        verified = [b for b, key in keyed if key == signing_key]
+        payload = _json_object(raw)
+        if payload is None:
+            raise BadRequest("the body must be a JSON object", code="malformed_json")
+        statement = read_statement(payload)
+        binding = _one_project(verified, statement.project)
+        message_id = headers.get("webhook-id", "")
+
+        async def reserve(q: Any, now: float) -> bool:
+            return bool(await q.reserve_delivery(binding.identity, f"webhook-id:{message_id}", now))
+
+        result = await self._record(
+            project=binding.project,
+            issuer=binding.identity,
+            statement=statement,
+            workflow=None,
+            home=None,
+            provenance={"source": source, "webhook_id": message_id},
+            reserve=reserve,
+        )
+        if result is None:
+            return 200, {"recorded": False, "duplicate": True, "reason": "webhook-id already recorded"}
+        return 201, result
+
+    # -- GitHub workflow_run --------------------------------------------------
+
+    async def _workflow_run(self, payload: dict[str, Any], run: dict[str, Any], verified: list[Binding]
+                            ) -> tuple[int, dict[str, Any]]:
+        repository = payload["repository"]
+        full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
+        run_id, attempt = _id_of(run), _id_of({"id": run.get("run_attempt")})
+        name, conclusion = run.get("name"), run.get("conclusion")
+        if run_id is None or attempt is None or not isinstance(name, str) or not isinstance(conclusion, str):
+            return 200, {"event": "workflow_run", "recorded": False, "reason": "incomplete_workflow_run"}
+        html_url = run.get("html_url")
+        read = read_statement({"check": name, "outcome": conclusion}, any_outcome=True)
+        statement = Statement(read.check, read.outcome, None,
+                              html_url if isinstance(html_url, str) and len(html_url) <= MAX_RUN_URL else None)
+        facts = github.run_from_workflow_run(payload, run)
+        key = f"workflow_run:{run_id}:{attempt}"
+        recorded: list[dict[str, Any]] = []
+        refusals: list[Refusal] = []
+        duplicates = 0
+        seen_projects: set[str] = set()
+        for binding in verified:
+            if binding.project in seen_projects:
+                continue
+            refusal = github.refusal(binding, facts)
+            if refusal is not None:
+                refusals.append(refusal)
+                continue
+            seen_projects.add(binding.project)
+
+            async def reserve(q: Any, now: float, identity: str = binding.identity) -> bool:
+                return bool(await q.reserve_delivery(identity, key, now))
+
+            result = await self._record(
+                project=binding.project,
+                issuer=binding.identity,
+                statement=statement,
+                workflow=facts.workflow,
+                home=facts.home,
+                provenance={
+                    "via": "workflow_run webhook",
+                    "repository": full_name,
+                    "repository_id": binding.repository_id,
+                    "commit": run.get("head_sha"),
+                    "workflow": run.get("path"),
+                    "head_branch": run.get("head_branch"),
+                    "event_name": run.get("event"),
+                    "run_id": run_id,
+                    "run_attempt": attempt,
+                },
+                reserve=reserve,
+            )
+            if result is None:
+                duplicates += 1
+            else:
+                recorded.append(result)
+        if recorded:
+            return 201, {"event": "workflow_run", "recorded": True, "attestations": recorded}
+        if duplicates:
+            return 200, {"event": "workflow_run", "recorded": False, "duplicate": True,
+                         "reason": "this run attempt was already recorded"}
+        if refusals:
+            return 200, {"event": "workflow_run", "recorded": False, "reason": refusals[0].code,
+                         "detail": refusals[0].message}
+        return 200, {"event": "workflow_run", "recorded": False, "reason": "not_bound"}
+
+    # -- the write unit ---------------------------------------------------------
+
+    async def _record(
+        self,
+        *,
+        project: str,
+        issuer: str,
+        statement: Statement,
+        workflow: WorkflowRef | None,
+        home: str | None,
+        provenance: dict[str, Any],
+        reserve: Reservation,
+    ) -> dict[str, Any] | None:
+        """One write unit; None when the reservation says this was seen before."""
+        rule = self.registry.snapshot.rule(project, statement.check)
+        reason = decide(rule, statement.outcome, workflow, home)
+        knowledge = self.hub.knowledge
+        now = self.hub.clock.now()
+        attestation_id = new_id("at")
+
+        async def unit(q: Any) -> dict[str, Any] | None:
+            stored_project = await q.project_by_slug(project)
+            if stored_project is None:
+                raise NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
+                               code="project_not_found")
+            if not await reserve(q, now):
+                return None
+            await q.insert_attestation(attestation_id, stored_project.id, issuer, statement.check, statement.outcome,
+                                       reason is None, reason, provenance, statement.run_url, now)
+            supports: list[dict[str, Any]] = []
+            promoted: list[str] = []
+            if reason is None and rule is not None:
+                support = Support(issuer=issuer, source=statement.check, attestation_id=attestation_id, at=now)
+                for entry_id in rule.supports:
+                    if await q.support_exists(stored_project.id, entry_id, issuer, statement.check):
+                        # A rerun: the support is there, nothing can change; skip loading the entry.
+                        supports.append({"entry_id": entry_id, "duplicate": True})
+                        continue
+                    outcome = await knowledge.apply_support(q, stored_project, entry_id, support, now)
+                    if outcome is None:
+                        continue  # not an entry of this project: never supported
+                    supports.append({"entry_id": outcome.entry_id, "duplicate": outcome.duplicate})
+                    if outcome.promoted:
+                        promoted.append(outcome.entry_id)
+            answer: dict[str, Any] = {
+                "attestation_id": attestation_id,
+                "project": project,
+                "issuer": issuer,
+                "check": statement.check,
+                "counted": reason is None,
+            }
+            if reason is not None:
+                answer["reason"] = reason
+            answer["supports"] = supports
+            answer["promoted"] = promoted
+            return answer
+
+        result = await self.hub.driver.write(unit)
+        if result is not None:
+            self._counter(statement.outcome, result["counted"]).inc()
+            if result["promoted"]:
+                self.hub.metrics.promotions.labels("issuers").inc(len(result["promoted"]))
+            log.info("attestation", extra={"project": project, "issuer": issuer, "check": statement.check[:200],
+                                           "counted": result["counted"]})
+        return result
+
+    def _counter(self, outcome: str, counted: bool) -> Any:
+        """The attestation counter child for these labels, looked up once."""
+        key = (outcome if outcome in OUTCOMES else "other", "true" if counted else "false")
+        child = self._counters.get(key)
+        if child is None:
+            child = self._counters[key] = self.hub.metrics.attestations.labels(*key)
+        return child
+
+    def _github_secrets(self, binding: Binding, hub_secret: str | None) -> list[str]:
+        """The secrets whose signature speaks for `binding`: its own, and the
+        hub-wide GitHub App secret only when it opted in with github_app: true."""
+        secrets = []
+        if binding.webhook_secret_env:
+            own = self._binding_secret(binding)
+            if own:
+                secrets.append(own)
+        if binding.github_app and hub_secret:
+            secrets.append(hub_secret)
+        return secrets
+
+    def _binding_secret(self, binding: Binding) -> str | None:
+        value = self.environ.get(binding.webhook_secret_env or "")
+        if not value:
+            log.warning("binding %s names webhook_secret_env %s, which is not set", binding.where(),
+                        binding.webhook_secret_env)
+        return value or None
+
+
+def _one_project(bindings: list[Binding], project: str | None) -> Binding:
+    if project is not None:
+        mine = [b for b in bindings if b.project == project]
+        if not mine:
+            log.info("webhook source asked for project %s; its secret serves %s", project,
+                     ", ".join(sorted({b.project for b in bindings})))
+            raise Forbidden(f"this source's secret is not bound to project {project}", code="project_mismatch")
+        return mine[0]
+    projects = sorted({b.project for b in bindings})
+    if len(projects) > 1:
+        raise Invalid(f"this source is bound by several projects ({', '.join(projects)}); name one in the body's "
+                      "project field", code="project_required")
+    return bindings[0]
+
+
+def delivery_host(headers: Mapping[str, str]) -> str:
+    """The GitHub host a delivery comes from: GitHub Enterprise Server names
+    itself in X-GitHub-Enterprise-Host, github.com sends no such header.  The
+    header is set by the sender whose secret signs the body, so an id
+    delivered by github.com never reaches a GitHub Enterprise Server binding."""
+    value = headers.get("x-github-enterprise-host")
+    if value is None:
+        return GITHUB_HOST
+    return value.strip().lower()[:300]
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _id_of(value: Any) -> str | None:
+    """The numeric `id` of a webhook object as a string."""
+    if not isinstance(value, dict):
+        return None
+    raw = value.get("id")
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        return None
+    return str(raw)
+
+
+def _reveal(secret: Any) -> str | None:
+    return secret.reveal() if secret else None

@@ -1,0 +1,1 @@
+"""The command line door: `relayroom` (`main`), one module per command group."""

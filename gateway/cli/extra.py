@@ -1,0 +1,18 @@
+"""Subcommands owned by other areas: each module adds its own parser."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+MODULES = (
+    "gateway.cli.quickstart",
+    "gateway.cli.checkmap",
+    "gateway.cli.client",
+    "gateway.cli.transfer",
+)
+
+
+def register(sub: Any) -> None:
+    for name in MODULES:
+        importlib.import_module(name).register(sub)

@@ -1,0 +1,180 @@
+"""`relayroom`: serve the gateway and administer projects, tokens and check maps.
+
+Every command exits 0 on success and non-zero otherwise, with the reason as
+the last line of stderr (never a traceback).  Machine-readable output goes to
+stdout.  Subcommands are registered by small modules (`cli_*.py`) so each
+area keeps its own commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any, Awaitable, Callable
+
+from gateway.core.config import Config
+from gateway.core.errors import GatewayError
+
+
+class CommandError(Exception):
+    """A failure to report as one line on stderr."""
+
+
+def open_hub(args: argparse.Namespace) -> Any:
+    from gateway.hub import Hub
+
+    return Hub(Config.from_env(database_url=getattr(args, "database_url", None)))
+
+
+def run_with_hub(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+    """Run `work(hub, args)` with an open store and no background tasks."""
+
+    def command(args: argparse.Namespace) -> int:
+        async def main() -> int:
+            hub = open_hub(args)
+            await hub.start(background=False)
+            try:
+                return await work(hub, args)
+            finally:
+                await hub.stop()
+
+        return asyncio.run(main())
+
+    return command
+
+
+async def _check_store(url: str) -> None:
+    from gateway.store import open_driver
+
+    driver = open_driver(url)
+    await driver.open()
+    await driver.close()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    # Flags override the environment; workers read the environment.
+    for flag, env in (("host", "RELAYROOM_HOST"), ("port", "RELAYROOM_PORT"), ("database_url", "RELAYROOM_DATABASE_URL")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            os.environ[env] = str(value)
+    config = Config.from_env(workers=args.workers)
+    # Open (and migrate) the store once before serving: a store that cannot
+    # be reached is one clear line on stderr, not a traceback per worker.
+    asyncio.run(_check_store(config.database_url))
+    from gateway.core.logs import configure_logging
+
+    sys.stdout.flush()
+    configure_logging(config.log_level)
+    uvicorn.run(
+        "gateway.web.app:app_from_env",
+        factory=True,
+        host=config.host,
+        port=config.port,
+        workers=config.workers if config.workers > 1 else None,
+        log_config=None,
+        access_log=False,
+        proxy_headers=True,
+        h11_max_incomplete_event_size=128 * 1024,
+        # httptools bounds neither the size of a request head nor the time to
+        # send it; this subclass does (gateway/web/http_limits.py).
+        http=_http_protocol(),
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+def _http_protocol() -> str:
+    try:
+        import httptools  # noqa: F401
+    except ImportError:  # pure-Python h11: its head bound is h11_max_incomplete_event_size
+        return "h11"
+    return "gateway.web.http_limits:BoundedHttpToolsProtocol"
+
+
+async def _project_create(hub: Any, args: argparse.Namespace) -> int:
+    project = await hub.accounts.create_project(args.slug, k=args.k, window_days=args.window_days)
+    print(f"created project {project.slug} (K={project.settings.k_distinct_issuers}, window {project.settings.window_days:g} days)")
+    return 0
+
+
+async def _token_create(hub: Any, args: argparse.Namespace) -> int:
+    secret = await hub.accounts.create_token(args.project, args.level, args.name)
+    print(f"# {args.level} token for {args.name} in project {args.project}; shown once, only its hash is stored")
+    print(secret)
+    return 0
+
+
+async def _token_revoke(hub: Any, args: argparse.Namespace) -> int:
+    count = await hub.accounts.revoke_tokens(args.project, args.name)
+    if count == 0:
+        raise CommandError(f"{args.name} has no active token in project {args.project}")
+    print(f"revoked {count} token(s) of {args.name} in project {args.project}")
+    return 0
+
+
+async def _sweep(hub: Any, args: argparse.Namespace) -> int:
+    retired = await hub.knowledge.sweep()
+    print(retired)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="relayroom", description="RelayRoom Knowledge Gateway")
+    parser.add_argument("--database-url", dest="database_url", default=None, help="overrides RELAYROOM_DATABASE_URL")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the gateway (HTTP API, webhooks, MCP, dashboard, playbook)")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--workers", type=int, default=None)
+    serve.set_defaults(func=cmd_serve)
+
+    project = sub.add_parser("project", help="projects").add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = project.add_parser("create", help="create a project")
+    create.add_argument("slug")
+    create.add_argument("--k", type=int, default=None, help="distinct CI issuers needed to promote (default 2)")
+    create.add_argument("--window-days", type=float, default=None, help="contradiction window in days (default 30)")
+    create.set_defaults(func=run_with_hub(_project_create))
+
+    token = sub.add_parser("token", help="project tokens").add_subparsers(dest="action", required=True, metavar="ACTION")
+    tcreate = token.add_parser("create", help="create a token; prints the secret as the last line")
+    tcreate.add_argument("--project", required=True)
+    tcreate.add_argument("--level", required=True, choices=["read", "write", "owner"])
+    tcreate.add_argument("--name", required=True)
+    tcreate.set_defaults(func=run_with_hub(_token_create))
+    trevoke = token.add_parser("revoke", help="revoke every token of a principal")
+    trevoke.add_argument("--project", required=True)
+    trevoke.add_argument("--name", required=True)
+    trevoke.set_defaults(func=run_with_hub(_token_revoke))
+
+    sweep = sub.add_parser("sweep", help="retire every expired entry now; prints how many")
+    sweep.set_defaults(func=run_with_hub(_sweep))
+
+    from gateway.cli import extra as cli_extra
+
+    cli_extra.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed usage and the reason
+        return int(exc.code or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (GatewayError, CommandError, ValueError, OSError) as exc:
+        message = exc.message if isinstance(exc, GatewayError) else str(exc)
+        print(f"relayroom: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("relayroom: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # never a traceback on the console
+        print(f"relayroom: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

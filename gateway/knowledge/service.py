@@ -1,0 +1,482 @@
+"""The knowledge use cases: learn, read, confirm, refute, report, support, sweep.
+
+Each is one store transaction in which the facts are read, `gateway.knowledge.trust`
+says what the rule allows, and the move and its audit row are written
+together.  REST, MCP, the dashboard and the attestation intake all call these
+functions: one rule, several doors.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.knowledge import trust
+from gateway.core.clock import DAY, HOUR, Clock, to_rfc3339
+from gateway.core.errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
+from gateway.core.ids import new_id
+from gateway.knowledge.model import ContradictionRecord, Entry, Principal, Project, Support
+from gateway.store.base import Driver
+from gateway.store.queries import Queries
+
+MAX_STATEMENT = 2000
+MAX_EVIDENCE = 8000
+MAX_EVENT_TYPE = 100
+MAX_TTL_DAYS = 36500.0
+MAX_PAGE = 200
+# Standard Webhooks refuse timestamps older than 5 minutes; ids are kept twice that.
+REPLAY_TOLERANCE_SECONDS = 300
+
+
+def require(principal: Principal, level: str, action: str) -> None:
+    if not principal.at_least(level):
+        raise Forbidden(
+            f"{action} needs a {level} token for project {principal.project.slug}; this token is {principal.level}",
+            code="insufficient_level",
+        )
+
+
+def validate_kind(kind: Any, *, field: str = "kind") -> str:
+    if kind not in trust.KINDS:
+        raise Invalid(f"{field} must be one of {', '.join(trust.KINDS)}", code="invalid_kind")
+    return kind
+
+
+def validate_text(value: Any, field: str, limit: int, *, required: bool = True) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise Invalid(f"{field} must be a non-empty string", code="invalid_field")
+    if len(value) > limit:
+        raise Invalid(f"{field} is longer than {limit} characters", code="invalid_field")
+    if "\x00" in value:
+        raise Invalid(f"{field} must not contain NUL characters", code="invalid_field")
+    return value
+
+
+def encode_cursor(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"s{seq}".encode()).decode().rstrip("=")
+
+
+# What a cursor may decode to: "s" and a row key a 64-bit column can hold.
+# ASCII digits only: int() alone takes "-5", " 5", "1_000" and Arabic-Indic
+# digits, and a 40-digit number overflows SQLite's integer binding.
+_CURSOR = re.compile(r"s(0|[1-9][0-9]{0,18})")
+MAX_CURSOR_SEQ = 2**63 - 1
+
+
+def decode_cursor(cursor: str | None) -> int | None:
+    if cursor in (None, ""):
+        return None
+    seq = _cursor_seq(cursor)
+    if seq is None:
+        raise Invalid("cursor is not one this API returned", code="invalid_cursor")
+    return seq
+
+
+def _cursor_seq(cursor: str | None) -> int | None:
+    if not isinstance(cursor, str) or len(cursor) > 32 or not cursor.isascii():
+        return None
+    try:
+        # Strict: the lenient decoder drops stray characters, so "czU!!" would read as "s5".
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+    except ValueError:  # binascii.Error is a ValueError
+        return None
+    match = _CURSOR.fullmatch(raw.decode("ascii", "replace"))
+    if match is None:
+        return None
+    seq = int(match.group(1))
+    return seq if seq <= MAX_CURSOR_SEQ else None
+
+
+@dataclass(frozen=True)
+class SupportOutcome:
+    entry_id: str
+    duplicate: bool
+    promoted: bool
+
+
+@dataclass(frozen=True)
+class WriteLimits:
+    """Per-principal hourly budgets (CONTRACT 4; abuse limits, distinct from
+    the demotion budget of the trust rule), counted from the store so that
+    every process sees the same spend:
+
+    - learn_per_hour: candidates created by any path of the principal's own
+      (learn through REST or MCP, extraction from its thread messages, its
+      reflection proposals);
+    - events_per_hour: events, and thread messages (counted apart);
+    - recalls_per_hour: recalls and recorded `recall_used` calls."""
+
+    learn_per_hour: int = 600
+    events_per_hour: int = 1200
+    recalls_per_hour: int = 3600
+
+
+def over_budget(what: str, principal: str, limit: int, count: int, oldest: float | None, now: float) -> RateLimited | None:
+    if count < limit:
+        return None
+    retry = trust.rate_limit_retry_after(oldest, now)
+    return RateLimited(
+        f"{principal} has reached {limit} {what} per hour; retry in {retry} s", code="rate_limited", retry_after=retry
+    )
+
+
+async def candidate_refusal(q: Queries, project_id: int, principal: str, limit: int, now: float) -> RateLimited | None:
+    """The refusal when `principal` has used its hourly candidate budget (its
+    candidates by every path, counted under the budget lock), else None."""
+    count, oldest = await q.count_candidates_since(project_id, principal, now - HOUR)
+    return over_budget("candidates", principal, limit, count, oldest, now)
+
+
+async def write_candidate(
+    q: Queries,
+    project: Project,
+    *,
+    author: str,
+    kind: str,
+    statement: str,
+    evidence: str | None,
+    via: str,
+    now: float,
+    expires_at: float | None = None,
+    provenance: dict[str, Any] | None = None,
+    before_insert: Any = None,
+) -> tuple[Entry, bool]:
+    """The one way an entry comes into being: as a candidate, with its `learn`
+    audit row, unless `author` can already see a live entry saying the same
+    thing (then that entry is returned with duplicate=True).  Learn,
+    extraction and approved reflections all come through here."""
+    norm = trust.normalise_statement(statement)
+    existing = await q.live_duplicate(project.id, norm, author, now)
+    if existing is not None:
+        return existing, True
+    if before_insert is not None:
+        await before_insert()
+    entry = Entry(
+        seq=0,
+        id=new_id("kn"),
+        project_id=project.id,
+        project_slug=project.slug,
+        kind=kind,
+        statement=statement,
+        evidence=evidence,
+        state="candidate",  # every path in is a candidate, by design
+        created_at=now,
+        created_by=author,
+        created_via=via,
+        expires_at=expires_at,
+        promoted_at=None,
+        promoted_by=None,
+        provenance=provenance,
+    )
+    stored = await q.insert_entry(entry, norm)
+    detail: dict[str, Any] = {"kind": kind, "via": via}
+    if provenance and "proposal_id" in provenance:
+        detail["proposal_id"] = provenance["proposal_id"]
+    await q.audit(project.id, now, "learn", stored.id, author, detail)
+    return stored, False
+
+
+class Knowledge:
+    def __init__(self, driver: Driver, clock: Clock, limits: WriteLimits | None = None) -> None:
+        self.driver = driver
+        self.clock = clock
+        self.limits = limits or WriteLimits()
+        # Set by the Hub; counted only after the commit, so a rolled-back
+        # move is never counted.
+        self.metrics: Any = None
+
+    # -- writing candidates ---------------------------------------------------
+
+    async def learn(
+        self,
+        principal: Principal,
+        kind: Any,
+        statement: Any,
+        evidence: Any = None,
+        *,
+        ttl_days: Any = None,
+        expires_at: float | None = None,
+    ) -> tuple[Entry, bool]:
+        """Write a candidate, always.  Returns (entry, duplicate)."""
+        require(principal, "write", "learn")
+        kind = validate_kind(kind)
+        statement = validate_text(statement, "statement", MAX_STATEMENT)
+        evidence = validate_text(evidence, "evidence", MAX_EVIDENCE, required=False)
+        assert statement is not None
+        now = self.clock.now()
+        if ttl_days is not None and expires_at is not None:
+            raise Invalid("give ttl_days or expires_at, not both", code="invalid_field")
+        if ttl_days is not None:
+            if isinstance(ttl_days, bool) or not isinstance(ttl_days, (int, float)) or not (0 < ttl_days <= MAX_TTL_DAYS):
+                raise Invalid(f"ttl_days must be a number of days above 0 and at most {MAX_TTL_DAYS:g}", code="invalid_field")
+            expires_at = now + float(ttl_days) * DAY
+        elif expires_at is not None and expires_at <= now:
+            raise Invalid("expires_at must be in the future", code="invalid_field")
+        project = principal.project
+
+        async def unit(q: Queries) -> tuple[Entry, bool]:
+            async def within_budget() -> None:
+                refusal = await candidate_refusal(q, project.id, principal.name, self.limits.learn_per_hour, now)
+                if refusal is not None:
+                    raise refusal
+
+            return await write_candidate(
+                q,
+                project,
+                author=principal.name,
+                kind=kind,
+                statement=statement,
+                evidence=evidence,
+                via="learn",
+                expires_at=expires_at,
+                now=now,
+                before_insert=within_budget,
+            )
+
+        return await self.driver.write(unit)
+
+    # -- reading ------------------------------------------------------------
+
+    async def get(self, principal: Principal, entry_id: str) -> Entry:
+        now = self.clock.now()
+        entry = await self.driver.read(lambda q: q.entry(principal.project.id, entry_id))
+        if entry is None or not entry.visible_to(principal, now):
+            raise NotFound(f"no entry {entry_id!r} in project {principal.project.slug}", code="entry_not_found")
+        return entry
+
+    async def list(
+        self,
+        principal: Principal,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        text: str | None = None,
+    ) -> tuple[list[Entry], str | None]:
+        if state is not None and state not in trust.STATES:
+            raise Invalid(f"state must be one of {', '.join(trust.STATES)}", code="invalid_state")
+        if kind is not None:
+            validate_kind(kind)
+        if not 1 <= limit <= MAX_PAGE:
+            raise Invalid(f"limit must be between 1 and {MAX_PAGE}", code="invalid_limit")
+        before = decode_cursor(cursor)
+        now = self.clock.now()
+        visible_to = None if principal.is_owner else principal.name
+        entries = await self.driver.read(
+            lambda q: q.list_entries(
+                principal.project.id,
+                now,
+                state=state,
+                kind=kind,
+                visible_to=visible_to,
+                text=text,
+                before_seq=before,
+                limit=limit + 1,
+            )
+        )
+        next_cursor = encode_cursor(entries[limit - 1].seq) if len(entries) > limit else None
+        return entries[:limit], next_cursor
+
+    # -- owner moves ----------------------------------------------------------
+
+    async def confirm(self, principal: Principal, entry_id: str) -> Entry:
+        require(principal, "owner", "confirm")
+        project = principal.project
+        now = self.clock.now()
+
+        async def unit(q: Queries) -> Entry:
+            entry = await self._entry_for_update(q, project, entry_id)
+            decision = trust.on_confirm(entry.facts(), now)
+            if decision.verdict is trust.Verdict.BLOCKED:
+                assert decision.blocked_until is not None
+                live = trust.live_contradictions([c.to_rule() for c in entry.contradictions], now)
+                by = sorted({c.by for c in live})
+                raise Conflict(
+                    f"a contradiction by {', '.join(by)} is inside the window; a confirm works from "
+                    f"{to_rfc3339(decision.blocked_until)}",
+                    code="blocked_by_contradiction",
+                    extra={"blocked_until": to_rfc3339(decision.blocked_until), "contradicted_by": by},
+                )
+            if decision.verdict is trust.Verdict.NOT_CONFIRMABLE:
+                raise Conflict(decision.reason, code="not_confirmable")
+            previous = entry.effective_state(now)
+            await q.set_state(entry, "trusted", promoted_at=now, promoted_by=f"owner:{principal.name}")
+            await q.audit(project.id, now, "override", entry.id, principal.name, {"from": previous})
+            return entry
+
+        confirmed = await self.driver.write(unit)
+        if self.metrics is not None:
+            self.metrics.promotions.labels("owner").inc()
+        return confirmed
+
+    async def refute(self, principal: Principal, entry_id: str, reason: Any) -> Entry:
+        require(principal, "owner", "refute")
+        reason = validate_text(reason, "reason", MAX_EVIDENCE)
+        project = principal.project
+        now = self.clock.now()
+
+        async def unit(q: Queries) -> tuple[Entry, _ContradictOutcome]:
+            entry = await self._entry_for_update(q, project, entry_id)
+            outcome = await self._contradict(q, project, entry, principal.name, {"reason": reason, "via": "refute"}, now)
+            return entry, outcome
+
+        entry, outcome = await self.driver.write(unit)
+        outcome.raise_if_refused()
+        self._count_contradiction(outcome.effect)
+        return entry
+
+    # -- agents' events -------------------------------------------------------
+
+    async def post_event(self, principal: Principal, type_: Any, detail: Any) -> tuple[str, str]:
+        require(principal, "write", "posting an event")
+        type_ = validate_text(type_, "type", MAX_EVENT_TYPE)
+        if not isinstance(detail, dict):
+            raise Invalid("detail must be a JSON object", code="invalid_field")
+        project = principal.project
+        now = self.clock.now()
+        target = detail.get("contradicts") if type_ == "error" else None
+        if type_ == "error" and "contradicts" in detail and not isinstance(target, str):
+            raise Invalid("detail.contradicts must be an entry id (a string)", code="invalid_field")
+        event_id = new_id("ev")
+
+        async def unit(q: Queries) -> tuple[str, _ContradictOutcome | None]:
+            count, oldest = await q.count_events_since(project.id, principal.name, now - HOUR)
+            refusal = over_budget("events", principal.name, self.limits.events_per_hour, count, oldest, now)
+            if refusal is not None:
+                raise refusal
+            if target is None:
+                await q.insert_event(event_id, project.id, principal.name, type_, detail, "none", now)
+                return "none", None
+            entry = await q.entry(project.id, target, for_update=True)
+            if entry is None or not self._may_contradict(entry, principal, now):
+                raise NotFound(f"no entry {target!r} in project {project.slug}", code="entry_not_found")
+            outcome = await self._contradict(q, project, entry, principal.name, detail, now)
+            if outcome.effect is not None:
+                await q.insert_event(event_id, project.id, principal.name, type_, detail, outcome.effect, now)
+            return outcome.effect or "none", outcome
+
+        effect, outcome = await self.driver.write(unit)
+        if outcome is not None:
+            outcome.raise_if_refused()
+        self._count_contradiction(effect)
+        return event_id, effect
+
+    def _count_contradiction(self, effect: str | None) -> None:
+        if effect == "contradicted" and self.metrics is not None:
+            self.metrics.contradictions.inc()
+
+    @staticmethod
+    def _may_contradict(entry: Entry, principal: Principal, now: float) -> bool:
+        if principal.is_owner or entry.created_by == principal.name:
+            return True
+        return entry.effective_state(now) in ("trusted", "contradicted")
+
+    # -- CI support (called inside the attestation's transaction) --------------
+
+    async def apply_support(
+        self, q: Queries, project: Project, entry_id: str, support: Support, now: float
+    ) -> SupportOutcome | None:
+        """Record one support and promote if it completes K.  None when the
+        entry is not in this project (a check map naming a foreign or
+        unknown id never supports it)."""
+        entry = await q.entry(project.id, entry_id, for_update=True)
+        if entry is None:
+            return None
+        if not await q.insert_support(entry, support):
+            return SupportOutcome(entry.id, duplicate=True, promoted=False)
+        await q.audit(
+            project.id,
+            now,
+            "support",
+            entry.id,
+            support.issuer,
+            {"source": support.source, "attestation_id": support.attestation_id},
+        )
+        decision = trust.on_support(entry.facts(), project.settings.trust(), now)
+        if decision.verdict is not trust.Verdict.PROMOTE:
+            return SupportOutcome(entry.id, duplicate=False, promoted=False)
+        await q.set_state(entry, "trusted", promoted_at=now, promoted_by="issuers")
+        await q.audit(project.id, now, "promote", entry.id, "issuers", {"issuers": sorted(entry.issuers())})
+        return SupportOutcome(entry.id, duplicate=False, promoted=True)
+
+    # -- expiry ---------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Write down `retired` for every entry whose expiry has passed, and
+        drop replay records that can no longer matter.  Returns how many
+        entries were retired."""
+        total = 0
+        while True:
+            now = self.clock.now()
+
+            async def unit(q: Queries) -> int:
+                entries = await q.expired_live_entries(now)
+                for entry in entries:
+                    previous = entry.state
+                    await q.set_state(entry, "retired")
+                    await q.audit(entry.project_id, now, "retire", entry.id, "sweep", {"from": previous})
+                return len(entries)
+
+            done = await self.driver.write(unit)
+            total += done
+            if done == 0:
+                break
+        now = self.clock.now()
+        await self.driver.write(lambda q: q.prune_replay_records(now, now - 2 * REPLAY_TOLERANCE_SECONDS))
+        return total
+
+    # -- helpers --------------------------------------------------------------
+
+    async def _entry_for_update(self, q: Queries, project: Project, entry_id: str) -> Entry:
+        entry = await q.entry(project.id, entry_id, for_update=True)
+        if entry is None:
+            raise NotFound(f"no entry {entry_id!r} in project {project.slug}", code="entry_not_found")
+        return entry
+
+    async def _contradict(
+        self, q: Queries, project: Project, entry: Entry, by: str, detail: Any, now: float
+    ) -> "_ContradictOutcome":
+        settings = project.settings.trust()
+        count, oldest = await q.demotions_since(project.id, by, now - HOUR)
+        decision = trust.on_contradict(entry.facts(), by, now, settings, count)
+        if decision.verdict is trust.Verdict.RETIRED:
+            return _ContradictOutcome(None, Conflict(decision.reason, code="entry_retired"))
+        if decision.verdict is trust.Verdict.DUPLICATE:
+            return _ContradictOutcome("duplicate", None)
+        if decision.verdict is trust.Verdict.RATE_LIMITED:
+            if await q.mark_rate_limited(project.id, by, "demotion", now):
+                await q.audit(project.id, now, "rate_limited", entry.id, by, {"limit_per_hour": settings.demotions_per_hour})
+            retry = trust.rate_limit_retry_after(oldest, now)
+            return _ContradictOutcome(
+                None,
+                RateLimited(
+                    f"{by} has used its {settings.demotions_per_hour} demotions for this hour; retry in {retry} s",
+                    code="rate_limited",
+                    retry_after=retry,
+                ),
+            )
+        record = ContradictionRecord(by=by, detail=detail, at=now, until=trust.contradiction_until(now, settings))
+        previous = entry.effective_state(now)
+        await q.insert_contradiction(entry, record)
+        if entry.state in ("candidate", "trusted"):
+            await q.set_state(entry, "contradicted")
+        await q.audit(project.id, now, "contradict", entry.id, by, {"from": previous, "detail": detail})
+        return _ContradictOutcome("contradicted", None)
+
+
+@dataclass
+class _ContradictOutcome:
+    """A refused contradiction is returned, not raised, so that what the
+    refusal writes (the `rate_limited` ledger row) is committed."""
+
+    effect: str | None
+    refusal: Exception | None
+
+    def raise_if_refused(self) -> None:
+        if self.refusal is not None:
+            raise self.refusal

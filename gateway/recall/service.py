@@ -1,0 +1,100 @@
+"""Recall: the trusted, unexpired entries that answer a question, best first.
+
+Every recall is recorded (who asked, what, which entries came back) so that
+`recall_used` can be checked against it and the Learning panel can measure
+whether recall helps.
+
+Recalls and recorded uses spend the caller's hourly read budget
+(`RELAYROOM_RECALLS_PER_HOUR`, CONTRACT 4), counted from the store before the
+search: one count over two index ranges, inside the transaction the recall
+uses anyway.  The recall's count takes no lock (a principal's recalls at once
+on several processes may pass the budget by the few in flight); recall_used
+counts under a lock, as the write budgets do.  A repeated `recall_used` of a
+pair already counted writes nothing and spends nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from gateway.core.clock import HOUR, Clock
+from gateway.core.errors import Invalid, NotFound
+from gateway.core.ids import new_id
+from gateway.knowledge.service import WriteLimits, over_budget, validate_kind
+from gateway.knowledge.model import Entry, Principal
+from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.store.base import Driver, read_then_write
+from gateway.store.queries import Queries
+
+DEFAULT_LIMIT = 10
+MAX_LIMIT = 50
+
+
+class Recall:
+    def __init__(self, driver: Driver, clock: Clock, limits: Callable[[], WriteLimits] = WriteLimits) -> None:
+        self.driver = driver
+        self.clock = clock
+        self.limits = limits  # read per call: the hub's budgets as they are now
+        self.metrics: Any = None  # set by the Hub: the recall latency histogram
+
+    async def _within_budget(self, q: Queries, principal: Principal, now: float, *, lock: bool) -> None:
+        limit = self.limits().recalls_per_hour
+        count, oldest = await q.count_reads_since(principal.project.id, principal.name, now - HOUR, lock=lock)
+        refusal = over_budget("recalls and recall_used calls", principal.name, limit, count, oldest, now)
+        if refusal is not None:
+            raise refusal
+
+    async def recall(
+        self, principal: Principal, query: Any, kind: Any = None, limit: Any = DEFAULT_LIMIT, *, via: str = "rest"
+    ) -> tuple[str, list[tuple[Entry, float]]]:
+        if not isinstance(query, str):
+            raise Invalid("q must be a string", code="invalid_query")
+        if len(query) > MAX_QUERY_CHARS:
+            raise Invalid(f"q is longer than {MAX_QUERY_CHARS} characters", code="invalid_query")
+        if kind is not None:
+            validate_kind(kind)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise Invalid(f"limit must be an integer from 1 to {MAX_LIMIT}", code="invalid_limit")
+        started = time.perf_counter()
+        now = self.clock.now()
+        project = principal.project
+        recall_id = ""
+
+        async def search(q: Queries) -> list[tuple[Entry, float]]:
+            await self._within_budget(q, principal, now, lock=False)  # before the search costs anything
+            return await q.search(project.id, query, kind, limit, now)
+
+        async def record(q: Queries, results: list[tuple[Entry, float]]) -> None:
+            nonlocal recall_id
+            recall_id = new_id("rc")  # after the search, as its record's id always was
+            await q.insert_recall(recall_id, project.id, principal.name, query, kind, via, results, now)
+
+        # The search reads one snapshot; the record is telemetry, not
+        # knowledge: it need not wait for an fsync, and recall_used, a later
+        # write, sees it all the same.  On PostgreSQL both run in one
+        # transaction; on SQLite as a read, then a write of the group commit.
+        results = await read_then_write(self.driver, search, record, durable=False)
+        if self.metrics is not None:
+            self.metrics.recall_seconds.observe(time.perf_counter() - started)
+        return recall_id, results
+
+    async def used(self, principal: Principal, recall_id: Any, entry_id: Any) -> bool:
+        """Record that a recalled entry shaped the caller's work.  Each
+        (recall, entry) pair counts once; True when this call counted."""
+        if not isinstance(recall_id, str) or not isinstance(entry_id, str) or len(recall_id) > 100 or len(entry_id) > 100:
+            raise Invalid("recall_id and entry_id must be strings", code="invalid_field")
+        project = principal.project
+        now = self.clock.now()
+
+        async def unit(q: Queries) -> bool:
+            await self._within_budget(q, principal, now, lock=True)
+            hit = await q.recall_hit(project.id, recall_id, principal.name, entry_id)
+            if hit is None:
+                raise NotFound(
+                    f"recall {recall_id!r} made by {principal.name} did not return entry {entry_id!r}",
+                    code="recall_not_found",
+                )
+            return await q.insert_recall_use(project.id, hit[0], hit[1], now)
+
+        return await self.driver.write(unit)

@@ -1,0 +1,214 @@
+"""The OpenAPI 3 description of the HTTP API, built from one table.
+
+Each operation names its level, its body schema and its query parameters;
+the error responses are the same body everywhere.  schemathesis fuzzes the
+gateway from this document (tests/test_fuzz_api.py), so a route missing here
+is a route not fuzzed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import __version__
+from gateway.accounts.service import SETTING_RULES
+from gateway.knowledge.service import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
+from gateway.recall.learning import MAX_DAYS
+from gateway.knowledge.proposals import PROPOSAL_STATES
+from gateway.recall.service import MAX_LIMIT as MAX_RECALL
+from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.knowledge.trust import CREATED_VIA, KINDS, STATES
+
+S = dict[str, Any]
+
+
+def _obj(required: list[str], props: S, *, additional: bool = False) -> S:
+    schema: S = {"type": "object", "properties": props, "additionalProperties": additional}
+    if required:  # OpenAPI 3.0 refuses an empty `required`
+        schema["required"] = required
+    return schema
+
+
+STRING = {"type": "string"}
+TIME = {"type": "string", "format": "date-time"}
+NULLABLE_TIME = {"type": "string", "format": "date-time", "nullable": True}
+
+ERROR = _obj(
+    ["error"],
+    {"error": _obj(["code", "message"], {"code": {"type": "string", "pattern": "^[a-z0-9_]+$"}, "message": STRING}, additional=True)},
+)
+
+ENTRY = _obj(
+    ["id", "project", "kind", "statement", "state", "created_at", "created_by", "created_via", "distinct_issuers", "supports", "contradictions"],
+    {
+        "id": STRING,
+        "project": STRING,
+        "kind": {"type": "string", "enum": list(KINDS)},
+        "statement": STRING,
+        "evidence": {"type": "string", "nullable": True},
+        "state": {"type": "string", "enum": list(STATES)},
+        "created_at": TIME,
+        "created_by": STRING,
+        "created_via": {"type": "string", "enum": list(CREATED_VIA)},
+        "expires_at": NULLABLE_TIME,
+        "promoted_at": NULLABLE_TIME,
+        "promoted_by": {"type": "string", "nullable": True},
+        "distinct_issuers": {"type": "integer", "minimum": 0},
+        "supports": {"type": "array", "items": _obj(["issuer", "source", "at"], {"issuer": STRING, "source": STRING, "attestation_id": {"type": "string", "nullable": True}, "at": TIME}, additional=True)},
+        "contradictions": {"type": "array", "items": _obj(["by", "at"], {"by": STRING, "detail": {}, "at": TIME}, additional=True)},
+        "duplicate": {"type": "boolean"},
+        "score": {"type": "number"},
+    },
+    additional=True,
+)
+
+LEARN = _obj(
+    ["kind", "statement"],
+    {
+        "kind": {"type": "string", "enum": list(KINDS)},
+        "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT},
+        "evidence": {"type": "string", "maxLength": MAX_EVIDENCE, "nullable": True},
+        "ttl_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": int(MAX_TTL_DAYS), "nullable": True},
+        "expires_at": {"type": "string", "format": "date-time", "nullable": True},
+    },
+)
+EVENT = _obj(["type", "detail"], {"type": {"type": "string", "minLength": 1, "maxLength": MAX_EVENT_TYPE}, "detail": {"type": "object"}})
+REASON = _obj(["reason"], {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE}})
+RECALL_USED = _obj(["recall_id", "entry_id"], {"recall_id": STRING, "entry_id": STRING})
+# The ranges come from the one table PATCH settings is checked against.
+SETTINGS = _obj(
+    [],
+    {
+        name: {
+            "type": "integer" if kind is int else "number",
+            "minimum": minimum,
+            **({"exclusiveMinimum": True} if name == "window_days" else {}),
+            "maximum": maximum,
+        }
+        for name, (kind, minimum, maximum, _) in SETTING_RULES.items()
+    },
+)
+MESSAGE = _obj(["author", "text"], {"author": {"type": "string", "minLength": 1}, "text": {"type": "string", "minLength": 1}})
+PROPOSAL = _obj(
+    ["kind", "statement", "rationale"],
+    {"kind": {"type": "string", "enum": list(KINDS)}, "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT}, "rationale": STRING},
+)
+ATTESTATION = _obj(
+    ["check", "outcome"],
+    {
+        "check": {"type": "string", "minLength": 1, "maxLength": 200},
+        "outcome": {"type": "string", "enum": ["success", "failure", "cancelled", "skipped"]},
+        "project": STRING,
+        "run_url": STRING,
+    },
+)
+
+PROJECT = {"name": "project", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}}
+
+
+def _path(name: str) -> S:
+    return {"name": name, "in": "path", "required": True, "schema": STRING}
+
+
+def _query(name: str, schema: S) -> S:
+    return {"name": name, "in": "query", "required": False, "schema": schema}
+
+
+LIMIT = lambda maximum: _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})  # noqa: E731
+CURSOR = _query("cursor", STRING)
+
+# method, path, level, summary, body schema (or "markdown"), extra params, success status, success schema
+OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
+    ("post", "/v1/projects/{project}/entries", "write", "Learn: write a candidate entry", LEARN, [], 201, ENTRY),
+    ("get", "/v1/projects/{project}/entries", "read", "List the entries this level may see", None,
+     [_query("state", {"type": "string", "enum": list(STATES)}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_PAGE), CURSOR],
+     200, _obj(["entries", "next_cursor"], {"entries": {"type": "array", "items": ENTRY}, "next_cursor": {"type": "string", "nullable": True}})),
+    ("get", "/v1/projects/{project}/entries/{entry_id}", "read", "One entry", None, [_path("entry_id")], 200, ENTRY),
+    ("post", "/v1/projects/{project}/entries/{entry_id}/confirm", "owner", "Owner confirms (promotes alone)", None, [_path("entry_id")], 200, ENTRY),
+    ("post", "/v1/projects/{project}/entries/{entry_id}/refute", "owner", "Owner refutes (contradicts)", REASON, [_path("entry_id")], 200, ENTRY),
+    ("post", "/v1/projects/{project}/events", "write", "Post an event; an error with detail.contradicts demotes", EVENT, [], 202,
+     _obj(["event_id", "effect"], {"event_id": STRING, "effect": {"type": "string", "enum": ["contradicted", "duplicate", "none"]}})),
+    ("get", "/v1/projects/{project}/recall", "read", "Recall trusted, unexpired entries, best first", None,
+     [_query("q", {"type": "string", "maxLength": MAX_QUERY_CHARS}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_RECALL)],
+     200, _obj(["recall_id", "entries"], {"recall_id": STRING, "entries": {"type": "array", "items": ENTRY}})),
+    ("post", "/v1/projects/{project}/recall_used", "read", "Report that a recalled entry shaped the work", RECALL_USED, [], 204, None),
+    ("get", "/v1/projects/{project}/audit", "owner", "The append-only audit ledger", None,
+     [_query("entry", STRING), _query("action", STRING), LIMIT(500), CURSOR], 200,
+     _obj(["rows"], {"rows": {"type": "array", "items": {"type": "object"}}, "next_cursor": {"type": "string", "nullable": True}})),
+    ("get", "/v1/projects/{project}/learning", "owner", "Recall-quality figures", None,
+     [_query("days", {"type": "integer", "minimum": 1, "maximum": MAX_DAYS})], 200, {"type": "object"}),
+    ("get", "/v1/projects/{project}/playbook", "read", "The base playbook", None, [], 200, None),
+    ("put", "/v1/projects/{project}/playbook", "owner", "Replace the base playbook", "markdown", [], 200, None),
+    ("get", "/v1/projects/{project}/settings", "owner", "Project settings", None, [], 200, SETTINGS),
+    ("patch", "/v1/projects/{project}/settings", "owner", "Change project settings", SETTINGS, [], 200, SETTINGS),
+    ("post", "/v1/projects/{project}/threads/{thread_id}/messages", "write", "Post a thread message; durable statements become candidates",
+     MESSAGE, [_path("thread_id")], 201, _obj(["message_id", "candidates"], {"message_id": STRING, "candidates": {"type": "array", "items": STRING}, "duplicates": {"type": "array", "items": STRING}})),
+    ("post", "/v1/projects/{project}/proposals", "write", "Propose a reflection", PROPOSAL, [], 201, {"type": "object"}),
+    ("get", "/v1/projects/{project}/proposals", "owner", "List proposals", None,
+     [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), LIMIT(MAX_PAGE), CURSOR], 200, {"type": "object"}),
+    ("post", "/v1/projects/{project}/proposals/{proposal_id}/approve", "owner", "Approve: registers a candidate", None, [_path("proposal_id")], 201, ENTRY),
+    ("post", "/v1/projects/{project}/proposals/{proposal_id}/reject", "owner", "Reject a proposal", REASON, [_path("proposal_id")], 200, {"type": "object"}),
+]
+
+CI_OPERATIONS: list[tuple[str, str, str, Any, int]] = [
+    ("post", "/v1/attestations", "A CI attestation authenticated by an OIDC token (Bearer)", ATTESTATION, 201),
+    ("post", "/v1/webhooks/github", "GitHub webhook deliveries (X-Hub-Signature-256)", {"type": "object"}, 200),
+    ("post", "/v1/webhooks/{source}", "Standard Webhooks attestation", ATTESTATION, 201),
+]
+
+ERROR_STATUSES = {
+    "400": "malformed", "401": "no or bad credential", "403": "level too low", "404": "unknown, or not yours",
+    "409": "state conflict", "413": "body too large", "415": "not JSON", "422": "well-formed but invalid",
+    "429": "rate limited",
+}
+
+
+def _errors() -> S:
+    return {code: {"description": text, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}} for code, text in ERROR_STATUSES.items()}
+
+
+def spec() -> S:
+    paths: S = {}
+    for method, path, level, summary, body, params, status, schema in OPERATIONS:
+        op: S = {
+            "summary": summary,
+            "description": f"Needs a {level} token (or higher) of the project.",
+            "security": [{"projectToken": []}],
+            "parameters": [PROJECT, *params],
+            "responses": {str(status): {"description": "success"}, **_errors()},
+        }
+        if schema is not None:
+            op["responses"][str(status)]["content"] = {"application/json": {"schema": schema}}
+        if body == "markdown":
+            op["requestBody"] = {"required": True, "content": {"text/markdown": {"schema": {"type": "string", "maxLength": 60000}}}}
+        elif body is not None:
+            op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
+        paths.setdefault(path, {})[method] = op
+    for method, path, summary, body, status in CI_OPERATIONS:
+        op = {
+            "summary": summary,
+            "security": [{"ciToken": []}] if path == "/v1/attestations" else [],
+            "parameters": [_path("source")] if "{source}" in path else [],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+            "responses": {str(status): {"description": "recorded"}, "503": {"description": "JWKS unavailable; retry"}, **_errors()},
+        }
+        paths.setdefault(path, {})[method] = op
+    for path, summary in (("/healthz", "Liveness"), ("/readyz", "Readiness"), ("/metrics", "Prometheus metrics"), ("/openapi.json", "This document")):
+        paths[path] = {"get": {"summary": summary, "security": [], "responses": {"200": {"description": "ok"}, "503": {"description": "not ready"}}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "RelayRoom Knowledge Gateway",
+            "version": __version__,
+            "description": "A typed, provenance-tracked table of project facts behind a trust gate. "
+            "Every error body is {\"error\": {\"code\", \"message\"}}.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": {"Error": ERROR},
+            "securitySchemes": {
+                "projectToken": {"type": "http", "scheme": "bearer", "description": "a project token (relayroom token create)"},
+                "ciToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT", "description": "a CI OIDC token"},
+            },
+        },
+    }
