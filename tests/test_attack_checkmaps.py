@@ -264,3 +264,91 @@ def test_allow_events_notes_are_printed_and_do_not_fail_the_check(tmp_path: Path
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{tmp_path / 'acme.yaml'}:3: note: allow_events lifts pull_request" in result.stdout
     assert "allow_events names push, which votes anyway" in result.stdout
+
+
+@pytest.mark.parametrize("issuer_url", ["https://token.actions.githubusercontent.com/acme-enterprise",
+                                        "https://GITLAB.com", "https://gitlab.com:443"])
+def test_provider_oidc_is_judged_by_the_issuers_host(issuer_url: str) -> None:
+    """GitHub's per-enterprise issuer has GitHub's host and ids; spellings of
+    gitlab.com are gitlab.com."""
+    text = checkmap("acme", f"""
+  - provider: oidc
+    issuer: {issuer_url}
+    subject: "repo:acme/api:ref:refs/heads/main"
+""", {})
+    parsed, problems = validate_text(text, "acme.yaml")
+    assert parsed is None and any("immutable ids" in p.message for p in problems), problems
+
+
+async def test_a_sub_binding_in_force_leaves_force_when_a_file_shows_its_issuer_has_ids(
+        hub: Any, client: httpx.AsyncClient, checkmap_dir: Path, issuer: OidcIssuer) -> None:
+    """The by-sub binding is the dodge wherever it stands: taking it out of
+    force removes a voice, it never adds one."""
+    await make_project(hub, "acme")
+    await make_project(hub, "beta")
+    beta_entry = await learn(hub, "beta", "Beta's entry.")
+    await write_map(hub, checkmap_dir, "beta.yaml", checkmap("beta", f"""
+  - provider: oidc
+    issuer: {issuer.url}
+    subject: "repo:acme/api:ref:refs/heads/main"
+""", {"migrations": [beta_entry]}))
+    assert "beta" in registry_of(hub).snapshot.maps
+    await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", f"""
+  - provider: github-actions
+    issuer: {issuer.url}
+    repository_id: "123456"
+    refs: [refs/heads/main]
+""", {}))
+    errors = await readyz_errors(client)
+    assert "is bound by its immutable ids in" in (errors["beta.yaml"] or "") and errors["acme.yaml"] is None
+    assert "beta" not in registry_of(hub).snapshot.maps
+    before = await snapshot(hub)
+    r = await attest(client, issuer.github_token(hub.clock.now(), repository_id="999"))
+    assert r.status_code == 403 and await snapshot(hub) == before
+
+
+@pytest.mark.parametrize("key", ["secret_env", "webhook_secret_env"])
+def test_a_binding_may_not_name_the_gateways_own_settings_as_its_secret(key: str) -> None:
+    binding = (webhook_binding("canary", "RELAYROOM_GITHUB_WEBHOOK_SECRET") if key == "secret_env" else """
+  - provider: github-actions
+    repository_id: "123456"
+    refs: [refs/heads/main]
+    webhook_secret_env: RELAYROOM_GITHUB_WEBHOOK_SECRET
+""")
+    parsed, problems = validate_text(checkmap("acme", binding, {}), "acme.yaml")
+    assert parsed is None and "one of the gateway's own settings" in problems[0].message
+
+
+async def test_a_short_webhook_secret_is_not_a_secret(
+        hub: Any, client: httpx.AsyncClient, checkmap_dir: Path, issuer: OidcIssuer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACME_SHORT_SECRET", "/root")  # what HOME holds: guessable
+    await make_project(hub, "acme")
+    entry = await learn(hub, "acme", "Acme's entry.")
+    await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", f"""
+  - provider: github-actions
+    issuer: {issuer.url}
+    repository_id: "123456"
+    refs: [refs/heads/main]
+    webhook_secret_env: ACME_SHORT_SECRET
+""", {"migrations": [entry]}))
+    payload = {"action": "completed", "repository": {"id": 123456, "full_name": "acme/api", "owner": {"id": 7890}},
+               "workflow_run": {"id": 5, "run_attempt": 1, "name": "migrations", "conclusion": "success",
+                                "event": "push", "head_branch": "main", "head_sha": "a" * 40,
+                                "path": ".github/workflows/ci.yml", "head_repository": {"id": 123456}}}
+    raw = json.dumps(payload).encode()
+    before = await snapshot(hub)
+    r = await client.post("/v1/webhooks/github", content=raw, headers={
+        "Content-Type": "application/json", "X-GitHub-Event": "workflow_run", "X-GitHub-Enterprise-Host": issuer.host,
+        "X-Hub-Signature-256": sig.github_sign("/root", raw)})
+    assert r.status_code == 401, r.text
+    assert await snapshot(hub) == before
+
+
+def test_a_project_collision_is_reported_at_the_project_line(tmp_path: Path) -> None:
+    one = validate_text("# reviewed\n# by the team\nproject: acme\nissuers:" + webhook_binding("a", "A_S") + "checks: {}\n",
+                        "a.yaml")[0]
+    two = validate_text("project: acme\nissuers:" + webhook_binding("b", "B_S") + "checks: {}\n", "b.yaml")[0]
+    decisions = resolve({"a.yaml": (None, one), "b.yaml": (None, two)})
+    assert [p.line for p in decisions["a.yaml"].problems] == [3]
+    assert [p.line for p in decisions["b.yaml"].problems] == [1]

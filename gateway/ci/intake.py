@@ -44,6 +44,7 @@ log = logging.getLogger("relayroom.attestations")
 OUTCOMES = ("success", "failure", "cancelled", "skipped")
 MAX_CHECK = 200
 MAX_RUN_URL = 2000
+MIN_WEBHOOK_SECRET = 16  # characters; GitHub's guidance is a long random string
 
 
 @dataclass(frozen=True)
@@ -374,7 +375,14 @@ class AttestationIntake:
         if not value:
             log.warning("binding %s names webhook_secret_env %s, which is not set", binding.where(),
                         binding.webhook_secret_env)
-        return value or None
+            return None
+        if len(value) < MIN_WEBHOOK_SECRET:
+            # A variable that holds something short (HOME, a port, a name) is not
+            # a secret: whoever guesses it would sign deliveries.
+            log.warning("binding %s: webhook_secret_env %s holds fewer than %d characters; it is not used as a "
+                        "secret", binding.where(), binding.webhook_secret_env, MIN_WEBHOOK_SECRET)
+            return None
+        return value
 
 
 def _one_project(bindings: list[Binding], project: str | None) -> Binding:

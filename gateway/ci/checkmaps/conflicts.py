@@ -7,12 +7,15 @@ A file claims things that only one file may hold:
   one sender is one voice, so two bindings reading one secret would let one
   sender count as two issuers;
 - the issuers its `provider: oidc` bindings bind by `sub`, which may not be
-  the issuer of a provider with immutable ids that another file binds by id
-  (`github-actions`, `gitlab`): such an issuer is bound by its ids, never by
-  a name-based subject.
+  the issuer (compared by host) of a provider with immutable ids that any
+  file binds by id (`github-actions`, `gitlab`): such an issuer is bound by
+  its ids, never by a name-based subject.
 
-The rule that settles a collision is the same for all three: **the file in
-force stays in force, the newcomer is the error.**  A newcomer that sorts
+The rule that settles a collision of projects or secret variables: **the
+file in force stays in force, the newcomer is the error.**  The third is not
+a collision between equals: a file binding by `sub` an issuer that another
+file shows to have immutable ids is the error wherever it stands, in force
+or new (taking it out of force removes a voice, it never adds one).  A newcomer that sorts
 first by name, or arrives while the gateway runs, never displaces a reviewed
 map.  When two files that are both newcomers collide (at start nothing is in
 force yet), neither is loaded and both are reported: nothing decides for one
@@ -27,14 +30,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.ci.checkmaps.model import CheckMap, Problem
+from gateway.ci.checkmaps.model import CheckMap, Problem, issuer_system
 
 # Kinds of claim.  Two claims of one value collide when their kinds are in
-# COLLIDE: a project or a secret variable is exclusive; an issuer bound by id
-# may be shared by many files (several projects on GitHub) but not with a
-# file that binds it by subject.
+# COLLIDE: a project or a secret variable is exclusive.  An issuer host bound
+# by id may be shared by many files (several projects on GitHub); binding it
+# by subject anywhere bars the subject binding (`_barred`).
 PROJECT, SECRET, BY_ID, BY_SUBJECT = "project", "secret variable", "issuer bound by id", "issuer bound by sub"
-COLLIDE = {(PROJECT, PROJECT), (SECRET, SECRET), (BY_ID, BY_SUBJECT), (BY_SUBJECT, BY_ID)}
+COLLIDE = {(PROJECT, PROJECT), (SECRET, SECRET)}
 
 
 @dataclass(frozen=True)
@@ -51,15 +54,15 @@ class Decision:
 
 
 def claims(checkmap: CheckMap) -> list[Claim]:
-    out = [Claim(PROJECT, checkmap.project, 1)]
+    out = [Claim(PROJECT, checkmap.project, checkmap.project_line)]
     for binding in checkmap.bindings:
         for name in (binding.secret_env, binding.webhook_secret_env):
             if name:
                 out.append(Claim(SECRET, name, binding.line))
         if binding.issuer and binding.provider in ("github-actions", "gitlab"):
-            out.append(Claim(BY_ID, binding.issuer, binding.line))
+            out.append(Claim(BY_ID, issuer_system(binding.issuer), binding.line))
         elif binding.issuer and binding.provider == "oidc":
-            out.append(Claim(BY_SUBJECT, binding.issuer, binding.line))
+            out.append(Claim(BY_SUBJECT, issuer_system(binding.issuer), binding.line))
     return out
 
 
@@ -92,15 +95,9 @@ def _hold(held: Held, name: str, checkmap: CheckMap | None) -> None:
 def _problem(name: str, claim: Claim, other: str, more: int, *, other_in_force: bool) -> Problem:
     if claim.kind == PROJECT:
         what = f"project {claim.value} is already mapped by {other}; one file per project"
-    elif claim.kind == SECRET:
+    else:
         what = (f"the secret variable {claim.value} is already named by a binding in {other}; one secret is one "
                 "sender, and one sender is one voice: give each binding its own variable")
-    elif claim.kind == BY_SUBJECT:
-        what = (f"{claim.value} is bound by its immutable ids in {other}; a provider: oidc binding may not bind it "
-                "by sub: use a github-actions or gitlab binding")
-    else:
-        what = (f"{claim.value} is bound by sub (provider: oidc) in {other}; an issuer with immutable ids is bound "
-                "by them, never by sub")
     if more:
         what += f" (and by {more} other file{'s' if more > 1 else ''})"
     if other_in_force:
@@ -108,8 +105,38 @@ def _problem(name: str, claim: Claim, other: str, more: int, *, other_in_force: 
     return Problem(name, claim.line, f"not loaded: {what} (neither file is loaded until one of them changes)")
 
 
+def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, str]) -> list[Problem]:
+    """Problems of a map that binds by sub an issuer host another file binds by id."""
+    if checkmap is None:
+        return []
+    return [Problem(name, c.line, f"not loaded: {c.value} is bound by its immutable ids in {by_id[c.value]}; a "
+                    "provider: oidc binding may not bind it by sub: use a github-actions or gitlab binding")
+            for c in claims(checkmap) if c.kind == BY_SUBJECT and c.value in by_id and by_id[c.value] != name]
+
+
 def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[str, Decision]:
     """`files` maps a file name to (version in force, valid version on disk)."""
+    by_id: dict[str, str] = {}
+    for name in sorted(files):
+        for version in files[name]:
+            for claim in claims(version) if version is not None else ():
+                if claim.kind == BY_ID:
+                    by_id.setdefault(claim.value, name)
+    barred: dict[str, list[Problem]] = {}
+    checked: dict[str, tuple[CheckMap | None, CheckMap | None]] = {}
+    for name, (in_force, wanted) in files.items():
+        problems = _barred(name, wanted if wanted is not None else in_force, by_id)
+        if _barred(name, in_force, by_id):
+            in_force = None
+        if _barred(name, wanted, by_id):
+            wanted = None
+        barred[name] = problems
+        checked[name] = (in_force, wanted)
+    decisions = _resolve(checked)
+    return {name: Decision(d.keep, tuple(barred[name]) + d.problems) for name, d in decisions.items()}
+
+
+def _resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[str, Decision]:
     held: Held = {}
     for name in sorted(files):
         _hold(held, name, files[name][0])

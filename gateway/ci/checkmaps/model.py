@@ -34,6 +34,13 @@ def issuer_host(issuer_url: str) -> str:
     return f"{host}:{parts.port}" if parts.port else host
 
 
+def issuer_system(issuer_url: str) -> str:
+    """The host an issuer URL names, the default https port dropped: the CI
+    system it is, however the URL is spelled (for the immutable-id rule)."""
+    host = issuer_host(issuer_url)
+    return host[:-4] if host.endswith(":443") and issuer_url.lower().startswith("https:") else host
+
+
 @dataclass(frozen=True)
 class Binding:
     """One `issuers:` item: a CI system, pinned to immutable ids, that may vote for a project."""
@@ -103,6 +110,7 @@ class CheckMap:
     sha256: str
     bindings: tuple[Binding, ...]
     checks: dict[str, CheckRule] = field(default_factory=dict)
+    project_line: int = 1  # where `project:` is written, for the problems that name it
 
 
 @dataclass(frozen=True)

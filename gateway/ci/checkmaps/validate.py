@@ -28,6 +28,7 @@ from gateway.ci.checkmaps.model import (
     CheckMap,
     CheckRule,
     Problem,
+    issuer_system,
 )
 from gateway.ci.checkmaps.yaml_lines import Locator, Path, load
 
@@ -103,7 +104,8 @@ def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[P
     if out.problems:
         return None, sorted(out.problems, key=lambda p: p.line)
     digest = hashlib.sha256(raw).hexdigest()
-    return CheckMap(project=project, file=file, sha256=digest, bindings=tuple(bindings), checks=checks), []
+    return CheckMap(project=project, file=file, sha256=digest, bindings=tuple(bindings), checks=checks,
+                    project_line=out.locator.line(("project",))), []
 
 
 def _scan_for_secrets(value: Any, path: Path, out: _Collector) -> None:
@@ -191,7 +193,9 @@ def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | 
 
 
 # Issuers whose tokens carry immutable ids: bound by those ids, never by `sub`.
-ID_ISSUERS = (GITHUB_ISSUER, GITLAB_ISSUER)
+# Compared by host: GitHub's per-enterprise issuers (https://token.actions.
+# githubusercontent.com/SLUG) carry the same ids as the default one.
+ID_ISSUER_HOSTS = (issuer_system(GITHUB_ISSUER), issuer_system(GITLAB_ISSUER))
 
 
 def _one_voice_each(bindings: list[Binding], out: _Collector) -> None:
@@ -208,9 +212,10 @@ def _one_voice_each(bindings: list[Binding], out: _Collector) -> None:
                                             "sender is one voice: give each binding its own variable"))
             else:
                 seen[name] = binding
-    by_id = {b.issuer for b in bindings if b.provider in ("github-actions", "gitlab") and b.issuer}
+    by_id = {issuer_system(b.issuer) for b in bindings if b.provider in ("github-actions", "gitlab") and b.issuer}
     for binding in bindings:
-        if binding.provider == "oidc" and binding.issuer and (binding.issuer in ID_ISSUERS or binding.issuer in by_id):
+        host = issuer_system(binding.issuer) if binding.issuer else None
+        if binding.provider == "oidc" and host and (host in ID_ISSUER_HOSTS or host in by_id):
             out.problems.append(Problem(out.file, binding.line, f"{binding.issuer} has immutable ids: bind it with "
                                         "provider: github-actions or gitlab (by repository_id or project_id), never "
                                         "by sub, which names can be made to match"))
@@ -357,6 +362,12 @@ def _env_name(item: dict[str, Any], key: str, path: Path, out: _Collector, *, re
     value = item[key]
     if not isinstance(value, str) or not ENV_NAME.match(value):
         out.add(path + (key,), f"{key} must be an environment variable name such as ACME_CANARY_SECRET")
+        return None
+    if value.upper().startswith("RELAYROOM_"):
+        # RELAYROOM_GITHUB_WEBHOOK_SECRET named here would hand the hub-wide
+        # secret to a binding that never opted in with github_app: true.
+        out.add(path + (key,), f"{key}: {value} is one of the gateway's own settings; name a variable that holds this "
+                "binding's secret alone")
         return None
     return value
 
