@@ -1,4 +1,4 @@
-"""The access matrix of CONTRACT section 3, endpoint by endpoint and level by
+"""The access matrix of README, Access levels, endpoint by endpoint and level by
 level, plus project isolation and missing or bad credentials."""
 
 from __future__ import annotations

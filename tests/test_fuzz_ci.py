@@ -270,7 +270,7 @@ def contract_accepts(gw: CiGateway, header: dict[str, Any], claims: dict[str, An
         and str(claims.get("repository_id")) == "123456"
         and str(claims.get("repository_owner_id")) == "7890"
         and claims.get("ref") == "refs/heads/main"
-        and claims.get("event_name") in ("push", "schedule", "workflow_dispatch")  # CONTRACT 5.5
+        and claims.get("event_name") in ("push", "schedule", "workflow_dispatch")  # docs/ci-attestations.md, which runs vote
         and claims.get("ref_type") == "branch"
         and exp is not None and exp > now - 61  # NaN compares false
         and (nbf is None or nbf <= now + 61)

@@ -30,7 +30,7 @@ decisions) in the RelayRoom Knowledge Gateway.
 - If a recalled entry shaped your work, call `recall_used`.
 """
 
-# CONTRACT 4's ranges.  Every bound is finite: a window of 1e7 days put a
+# The ranges of the settings (docs/security.md, Limits).  Every bound is finite: a window of 1e7 days put a
 # contradiction's `until` in the year 29405, which no date type can print.
 SETTING_RULES: dict[str, tuple[type, float, float, str]] = {
     # name: (type, minimum, maximum, what a person is told)

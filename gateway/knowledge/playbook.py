@@ -1,6 +1,6 @@
 """RELAYROOM.md: the project's base playbook, then its best trusted knowledge.
 
-Rules (CONTRACT section 7):
+Rules (docs/dashboard.md):
 
 - The document starts with the base playbook, as the owner wrote it.
 - Once the project has at least `playbook_min_trusted` trusted, unexpired

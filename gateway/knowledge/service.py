@@ -100,7 +100,7 @@ class SupportOutcome:
 
 @dataclass(frozen=True)
 class WriteLimits:
-    """Per-principal hourly budgets (CONTRACT 4; abuse limits, distinct from
+    """Per-principal hourly budgets (docs/security.md, Limits; abuse limits, distinct from
     the demotion budget of the trust rule), counted from the store so that
     every process sees the same spend:
 

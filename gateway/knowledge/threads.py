@@ -6,7 +6,7 @@ statement `gateway.knowledge.extraction` finds as a candidate through
 `created_via: extraction`, the thread and message as provenance).
 Extraction never makes anything trusted.
 
-Budgets (CONTRACT 4), in this order, so that a principal over one costs an
+Budgets (docs/security.md, Limits), in this order, so that a principal over one costs an
 indexed count and nothing else:
 
 1. before extraction, one read: the poster's thread messages this hour

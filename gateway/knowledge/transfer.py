@@ -274,7 +274,7 @@ def _parse_project(record: dict[str, Any], where: str) -> dict[str, Any]:
     if not isinstance(settings, dict) or set(settings) != set(SETTINGS):
         raise TransferError(f"{where}: settings must hold exactly {', '.join(SETTINGS)}")
     for name in SETTINGS:
-        # The ranges of CONTRACT 4, as PATCH settings holds them: an export of
+        # The ranges of docs/security.md, Limits, as PATCH settings holds them: an export of
         # an older gateway may carry a value that was accepted then.
         if not setting_ok(name, settings[name]):
             raise TransferError(f"{where}: settings.{name} must be {SETTING_RULES[name][3]} (found {settings[name]!r})")

@@ -5,7 +5,7 @@ Every recall is recorded (who asked, what, which entries came back) so that
 whether recall helps.
 
 Recalls and recorded uses spend the caller's hourly read budget
-(`RELAYROOM_RECALLS_PER_HOUR`, CONTRACT 4), counted from the store before the
+(`RELAYROOM_RECALLS_PER_HOUR`, docs/security.md, Limits), counted from the store before the
 search: one count over two index ranges, inside the transaction the recall
 uses anyway.  The recall's count takes no lock (a principal's recalls at once
 on several processes may pass the budget by the few in flight); recall_used

@@ -899,7 +899,7 @@ class Queries:
 
         "Used" counts (principal, UTC day) pairs, not calls: a principal
         reporting one entry used a hundred times in a day is one use, so
-        repeating itself buys a token no rank (CONTRACT 4)."""
+        repeating itself buys a token no rank (docs/security.md, Limits)."""
         day = self._day("ru.at")
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS}, COALESCE(u.n, 0) AS uses FROM entries e "

@@ -215,7 +215,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         2,
         [
             # Dashboard sessions, kept on the server so that signing out ends one
-            # for every process (CONTRACT 7).  Only the hash of the session id is
+            # for every process (docs/dashboard.md).  Only the hash of the session id is
             # stored: a read of this table does not yield a usable cookie.
             """CREATE TABLE dashboard_sessions (
                 id {ID},
@@ -231,7 +231,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
     (
         3,
         [
-            # The per-principal hourly budgets (CONTRACT 4) count from these:
+            # The per-principal hourly budgets (docs/security.md, Limits) count from these:
             # a principal's recalls (read budget) and proposals (candidate
             # budget), each one indexed range inside the request's transaction.
             # IF NOT EXISTS: a store rolled back to an older version number

@@ -1,4 +1,4 @@
-"""CI doors (CONTRACT 5): OIDC attestations and signed webhooks.
+"""CI doors (docs/ci-attestations.md): OIDC attestations and signed webhooks.
 
     POST /v1/attestations        Authorization: Bearer <OIDC JWT>, body of 5.1
     POST /v1/webhooks/github     X-Hub-Signature-256, workflow_run / ping / check_run

@@ -1,5 +1,5 @@
 """REST routes of the owner's side: thread messages, reflection proposals,
-and the learning figures (CONTRACT section 4)."""
+and the learning figures (docs/security.md, Limits)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ GITLAB_ISSUER = "https://gitlab.com"
 GITHUB_HOST = "github.com"
 
 # GitHub events whose runs build the code of the ref they name: they vote
-# without allow_events (CONTRACT 5.5).
+# without allow_events (docs/ci-attestations.md, which runs vote).
 GITHUB_VOTING_EVENTS = ("push", "schedule", "workflow_dispatch")
 
 OIDC_PROVIDERS = ("github-actions", "gitlab", "oidc")
@@ -71,7 +71,7 @@ class Binding:
 
     @property
     def identity(self) -> str:
-        """The issuer identity of CONTRACT 5.2: derived from the verified
+        """The issuer identity of docs/ci-attestations.md, issuer identity: derived from the verified
         issuer (or webhook source), never from the provider label."""
         if self.provider == "webhook":
             return f"webhook:{self.source}:{self.project}"

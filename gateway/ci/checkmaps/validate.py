@@ -312,7 +312,7 @@ def _workflows(item: dict[str, Any], path: Path, out: _Collector, *, github: boo
 
 def _allow_events(item: dict[str, Any], provider: str, path: Path, out: _Collector) -> tuple[str, ...]:
     """Any event name: each one lifts the refusal of that event for this binding
-    (CONTRACT 5.5), so a reviewer reads exactly which events were let in."""
+    (docs/ci-attestations.md, which runs vote), so a reviewer reads exactly which events were let in."""
     if "allow_events" not in item:
         return ()
     return _string_list(item, "allow_events", path, out) or ()

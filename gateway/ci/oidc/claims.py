@@ -100,7 +100,7 @@ def shown(value: Any) -> str:
 
 def mismatch(claim: str, expected: str, carried: Any, where: str) -> Forbidden:
     """Only for a token of the binding's own repository or project: it names
-    what the binding expects and where (CONTRACT 5.1)."""
+    what the binding expects and where (docs/ci-attestations.md)."""
     return mismatched(claim, expected, carried, where).error()
 
 

@@ -7,7 +7,7 @@ name, or a look-alike after a rename, has another id.
 Which runs may vote is one policy, `refusal`, over the run facts that both
 doors build (`run_from_claims` for an OIDC token, `run_from_workflow_run`
 for a signed webhook): a run votes only when the code that ran is the code
-of a listed ref (CONTRACT 5.5).  That holds for `push`, `schedule` and
+of a listed ref (docs/ci-attestations.md, which runs vote).  That holds for `push`, `schedule` and
 `workflow_dispatch`.  A `pull_request` run builds a merge commit whose
 workflow file the pull request wrote, whatever its head branch is called;
 `pull_request_target`, `workflow_run`, `issue_comment`, `merge_group` and

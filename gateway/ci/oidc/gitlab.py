@@ -5,7 +5,7 @@ names it).  A binding's ref `main` means the branch main (`ref_type` branch);
 `refs/heads/X` and `refs/tags/X` name a branch or a tag, so a tag called
 `main` never passes for the branch.
 
-Which pipelines may vote is one policy, `refusal` (CONTRACT 5.5): the ref
+Which pipelines may vote is one policy, `refusal` (docs/ci-attestations.md, which runs vote): the ref
 must be protected (`ref_protected` the string "true": only maintainers
 push there), and the pipeline must not build a proposed change.  Merge
 request pipelines (`merge_request_event`) run the merge request's code: a

@@ -7,10 +7,10 @@
     provider claim table               -> missing_claim
     bindings whose immutable ids match -> none: 403 binding_mismatch
     the body's project, if any         -> picks among projects; else 403 project_mismatch
-    the provider's run policy          -> 403 event_not_allowed / binding_mismatch (CONTRACT 5.5)
+    the provider's run policy          -> 403 event_not_allowed / binding_mismatch (docs/ci-attestations.md, which runs vote)
 
 The issuer identity comes from the verified `iss` and the project, never
-from the request body or the provider label (CONTRACT 5.2).
+from the request body or the provider label (docs/ci-attestations.md, issuer identity).
 """
 
 from __future__ import annotations
