@@ -1,8 +1,14 @@
-"""The hub: one store, one clock, and the services built on them.
+"""The composition root: one store, one clock, and every service built on
+them, once, here.
 
-Everything a door (REST, MCP, dashboard, CLI) needs hangs off one `Hub`, so a
-test builds a hub with a `ManualClock` and a temp database and drives it
-through any door.
+Every door (REST, MCP, dashboard, CLI, tests) is handed one `Hub` and reads
+its services as typed attributes; no route module or door wires a service of
+its own.  A test builds a hub with a `ManualClock` and a temp database and
+drives it through any door.
+
+`start(serve=True)` also runs what only a serving gateway needs: the check
+maps loaded against the store, watched for changes and reloaded on SIGHUP.
+The CLI's short-lived hubs start without it.
 """
 
 from __future__ import annotations
@@ -13,9 +19,16 @@ import logging
 from typing import Any
 
 from gateway.accounts.service import Accounts
+from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.ci.intake import AttestationIntake
+from gateway.ci.oidc.fetch import JsonFetcher
+from gateway.ci.oidc.keys import KeyCache
+from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.core.clock import Clock, SystemClock
 from gateway.core.config import Config
+from gateway.knowledge.proposals import Proposals
 from gateway.knowledge.service import Knowledge, WriteLimits
+from gateway.knowledge.threads import Threads
 from gateway.core.metrics import Metrics
 from gateway.recall.service import Recall
 from gateway.store import open_driver
@@ -40,14 +53,36 @@ class Hub:
         self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits)
         self.metrics = Metrics()
         self.knowledge.metrics = self.recall.metrics = self.metrics
-        self.extensions: dict[str, Any] = {}
+        self.proposals = Proposals(self.driver, self.clock, lambda: self.knowledge.limits)
+        self.threads = Threads(self.driver, self.clock, self.knowledge)
+        # The CI side: check maps, the issuers' keys, token verification, the intake.
+        self.checkmaps = CheckmapRegistry(config.checkmaps, self.clock)
+        self.fetcher = JsonFetcher(allow_insecure=config.allow_insecure_issuers)
+        self.keys = KeyCache(clock=self.clock, driver=self.driver, fetcher=self.fetcher, metrics=self.metrics)
+        self.verifier = TokenVerifier(
+            keys=self.keys,
+            snapshot=lambda: self.checkmaps.snapshot,
+            clock=self.clock,
+            audience=config.audience,
+            allow_insecure=config.allow_insecure_issuers,
+        )
+        self.intake = AttestationIntake(self, self.checkmaps, self.verifier)
+        self.extensions: dict[str, Any] = {}  # only the optional embeddings extra hooks in here
+        self.dashboard_key: bytes | None = None  # the session signing key, read from the store once
+        self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    async def start(self, *, background: bool = True) -> None:
+    async def start(self, *, background: bool = True, serve: bool = False) -> None:
         self.loop = asyncio.get_running_loop()
         await self.driver.open()
+        if serve:
+            self.checkmaps.reload()
+            await self.checkmaps.check_store(self.driver)
+            self.checkmaps.install_sighup(self.driver)
+            self.add_task(self.checkmaps.watch(self.driver), "relayroom-checkmaps")
+            self._serving = True
         for hook in list(self.extensions.get("on_start", [])):
             await hook(self)
         if background and self.config.sweep_interval > 0:
@@ -64,6 +99,11 @@ class Hub:
         for hook in list(self.extensions.get("on_stop", [])):
             with contextlib.suppress(Exception):
                 await hook(self)
+        if self._serving:
+            self.checkmaps.remove_sighup()
+            self._serving = False
+        with contextlib.suppress(Exception):
+            await self.fetcher.close()
         await self.driver.close()
         self.started = False
 

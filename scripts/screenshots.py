@@ -137,18 +137,16 @@ async def seed(database_url: str, checkmaps: str) -> dict[str, str]:
                 await hub.knowledge.learn(agents[author], kind, statement, via="extraction",
                                           provenance={"thread_id": "ci-upgrade", "message_id": "msg_demo"})
             elif via == "reflection":
-                from gateway.knowledge.proposals import proposals_for
 
-                proposal = await proposals_for(hub).propose(
+                proposal = await hub.proposals.propose(
                     agents[author], kind, statement, "Every canary run in the last week arrived that way."
                 )
-                await proposals_for(hub).approve(owner, proposal.id)
+                await hub.proposals.approve(owner, proposal.id)
             else:
                 await hub.knowledge.learn(agents[author], kind, statement)
             clock.advance(60)
-        from gateway.knowledge.proposals import proposals_for
 
-        await proposals_for(hub).propose(
+        await hub.proposals.propose(
             agents["agent-9"], "pitfall", "Renaming a check in CI silently unmaps it from the check map.",
             "The lint check stopped voting after the workflow was renamed.",
         )

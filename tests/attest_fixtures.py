@@ -36,7 +36,7 @@ async def learn(hub: Any, project: str, statement: str, principal: str = "agent-
 async def write_map(hub: Any, folder: Path, name: str, text: str) -> Any:
     """Write a check map and load it as the gateway would; returns the registry."""
     (folder / name).write_text(text)
-    registry = hub.extensions["checkmaps"]
+    registry = hub.checkmaps
     await registry.refresh(hub.driver)
     return registry
 

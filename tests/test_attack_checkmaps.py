@@ -37,7 +37,7 @@ CANARY_SECRET = "whsec_" + base64.b64encode(CANARY_KEY).decode()
 
 
 def registry_of(hub: Any) -> Any:
-    return hub.extensions["checkmaps"]
+    return hub.checkmaps
 
 
 async def attest(client: httpx.AsyncClient, token: str) -> httpx.Response:

@@ -45,7 +45,7 @@ async def drip(issuer: OidcIssuer) -> Any:
 async def _bind(hub: Any, checkmap_dir: Any, drip: DripIssuer) -> str:
     entry = await learn(hub, "acme", "Migrations run in staging first.")
     await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", github_binding(drip.url), {"migrations": [entry]}))
-    hub.extensions["oidc"].keys.fetcher.timeout = DEADLINE
+    hub.keys.fetcher.timeout = DEADLINE
     return entry
 
 
@@ -119,7 +119,7 @@ async def test_a_slow_but_honest_issuer_inside_the_deadline_is_served(
     client: Any, hub: Any, acme: Any, checkmap_dir: Any, drip: DripIssuer, clock: Any
 ) -> None:
     await _bind(hub, checkmap_dir, drip)
-    hub.extensions["oidc"].keys.fetcher.timeout = 3.0
+    hub.keys.fetcher.timeout = 3.0
     drip.interval = 0.01
     drip.modes[DISCOVERY] = "drip_body"  # about 80 bytes, one per 10 ms: slow, well inside 3 s
     response, _ = await _attest(client, drip.token(clock.now()))

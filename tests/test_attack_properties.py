@@ -96,7 +96,7 @@ def _registry(hub: Hub) -> Any:
     services = getattr(hub, "services", None)
     if services is not None and hasattr(services, "checkmaps"):
         return services.checkmaps
-    return hub.extensions["checkmaps"]
+    return hub.checkmaps
 
 
 # -- what an agent may try ------------------------------------------------------

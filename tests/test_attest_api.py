@@ -152,7 +152,7 @@ async def test_a_plain_http_issuer_is_not_contacted_without_the_test_switch(hub:
     from gateway.web.app import build_app
 
     hub.config = replace(hub.config, allow_insecure_issuers=False)
-    hub.extensions.clear()
+    hub.verifier.allow_insecure = hub.fetcher.allow_insecure = False  # as a hub built from this config has them
     app = build_app(hub, manage_hub=False)
     async with app.state.session_manager.run():
         await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", github_binding(issuer.url), {}))
@@ -179,7 +179,7 @@ async def test_replays_hold_across_a_restart(config: Any, clock: Any, checkmap_d
                 await make_project(hub, "acme")
                 (checkmap_dir / "acme.yaml").write_text(checkmap("acme", github_binding(issuer.url), {}))
             app = build_app(hub, manage_hub=False)
-            await hub.extensions["checkmaps"].refresh(hub.driver)
+            await hub.checkmaps.refresh(hub.driver)
             async with app.state.session_manager.run():
                 async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
                     answers.append((await post(client, token)).status_code)

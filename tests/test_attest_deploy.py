@@ -104,7 +104,7 @@ def test_the_github_action_step_attests_and_the_gitlab_template_promotes(
         entry = await learn(hub, "acme", "Migrations run in staging first.")
         (checkmap_dir / "acme.yaml").write_text(checkmap(
             "acme", github_binding(issuer.url) + gitlab_binding(gitlab_issuer.url), {"migrations": [entry]}))
-        await hub.extensions["checkmaps"].refresh(hub.driver)
+        await hub.checkmaps.refresh(hub.driver)
         return entry
 
     entry = live_setup(live_server, setup)

@@ -43,7 +43,7 @@ def prepare(server: Any, folder: Any, map_text: Any) -> tuple[list[str], Any]:
             entry, _ = await hub.knowledge.learn(Principal(project, "agent-7", "write"), "convention", statement)
             ids.append(entry.id)
         (folder / "acme.yaml").write_text(map_text(ids))
-        await hub.extensions["checkmaps"].refresh(hub.driver)
+        await hub.checkmaps.refresh(hub.driver)
         return ids, tokens
 
     return live_setup(server, make)

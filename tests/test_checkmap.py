@@ -262,7 +262,7 @@ async def test_the_store_check_reports_unknown_projects_and_foreign_or_unknown_i
 
 async def test_readyz_shows_each_file_in_force(hub: Any, client: Any, checkmap_dir: Path) -> None:
     (checkmap_dir / "acme.yaml").write_text(GOOD)
-    registry = hub.extensions["checkmaps"]
+    registry = hub.checkmaps
     await registry.refresh(hub.driver)
     response = await client.get("/readyz")
     assert response.status_code == 200

@@ -479,7 +479,8 @@ async def test_checks_use_the_check_map_registry_when_there_is_one(client: Any, 
         lambda q: q.insert_attestation(new_id("at"), project.id, "webhook:canary:acme", "canary", "success", False, "not_success", {}, None, now)
     )
     rule = SimpleNamespace(supports=("kn_mapped",))
-    hub.extensions["checkmaps"] = SimpleNamespace(
+    registry = hub.checkmaps
+    hub.checkmaps = SimpleNamespace(
         snapshot=SimpleNamespace(maps={"acme": SimpleNamespace(file="acme.yaml", checks={"canary": rule, "docs": rule})})
     )
     try:
@@ -488,7 +489,7 @@ async def test_checks_use_the_check_map_registry_when_there_is_one(client: Any, 
         assert 'data-check="canary" data-mapped="yes"' in text and "kn_mapped" in text
         assert "Mapped, never attested" in text and "docs" in text
     finally:
-        hub.extensions.pop("checkmaps")
+        hub.checkmaps = registry
 
 
 async def test_playbook_and_settings_forms(client: Any, acme: Any, hub: Any) -> None:

@@ -107,9 +107,8 @@ async def _seed(hub: Hub) -> tuple[dict[str, str], list[str], list[str]]:
     await hub.knowledge.confirm(owner, ids[0])
     await hub.knowledge.confirm(owner, ids[1])
     await hub.knowledge.refute(owner, ids[1], "no longer true after the upgrade")
-    from gateway.knowledge.proposals import proposals_for
 
-    proposal = await proposals_for(hub).propose(writer, "convention", "Branches are named after the issue.", "seen twice")
+    proposal = await hub.proposals.propose(writer, "convention", "Branches are named after the issue.", "seen twice")
     return tokens, ids, [proposal.id]
 
 

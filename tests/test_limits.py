@@ -421,7 +421,7 @@ async def test_a_misbehaving_issuer_costs_a_bounded_wait_and_the_job_retries(
 ) -> None:
     await make_project(hub, "acme")
     entry_id = await learn_direct(hub, "acme", "JWKS fetches are bounded.")
-    keys = hub.extensions["oidc"].keys
+    keys = hub.keys
     keys.fetcher.timeout = 0.5  # the default is 5 s; the bound is what is tested, not its value
     with SlowIssuer(mode) as slow:
         await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", github_binding(slow.url), {"unit": [entry_id]}))
@@ -580,7 +580,7 @@ def test_the_file_cap_through_the_cli_exits_1(tmp_path: Path) -> None:
 
 
 async def test_a_folder_over_the_cap_shows_on_readyz(client: httpx.AsyncClient, hub: Any, checkmap_dir: Path) -> None:
-    registry = hub.extensions["checkmaps"]
+    registry = hub.checkmaps
     registry.max_files = 1  # the cap is what is tested, not its value
     await make_project(hub, "acme")
     await make_project(hub, "beta")

@@ -24,10 +24,8 @@ from gateway.core.config import Config
 from gateway.core.errors import Conflict, GatewayError
 from gateway.hub import Hub
 from gateway.knowledge.model import Support
-from gateway.knowledge.proposals import proposals_for
 from gateway.store.transfer_sql import DERIVED_TABLES, HUB_TABLES, TABLES
 from gateway.knowledge.transfer import TransferError, export_project, import_project, write_jsonl
-from gateway.web.owner_api import threads_for
 from tests.conftest import ProjectTokens, make_project
 from tests.helpers import snapshot
 
@@ -96,13 +94,13 @@ async def build_rich_project(hub: Hub, clock: ManualClock) -> ProjectTokens:
         await hub.knowledge.refute(owner, learned[1].id, "third in an hour")
     await hub.driver.write(lambda q: q.tx.run("UPDATE entries SET expires_at = ? WHERE id = ?", clock.now() + HOUR, learned[4].id))
 
-    proposals = proposals_for(hub)
+    proposals = hub.proposals
     approved = await proposals.propose(writer, "convention", "Name branches after tickets.", "Seen in ten PRs.")
     await proposals.approve(owner, approved.id)
     rejected = await proposals.propose(writer, "fact", "The moon is cheese.", "Trust me.")
     await proposals.reject(owner, rejected.id, "no")
     await proposals.propose(writer, "pitfall", "Pending proposal.", "Noticed twice.")
-    await threads_for(hub).post_message(writer, "thread-1", "dana", "Remember: the pooler cannot do prepared statements!")
+    await hub.threads.post_message(writer, "thread-1", "dana", "Remember: the pooler cannot do prepared statements!")
 
     reader = await hub.accounts.authenticate(tokens.reader)
     recall_id, found = await hub.recall.recall(reader, "pooler prepared statements")

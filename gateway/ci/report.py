@@ -2,8 +2,8 @@
 
 Every check name found in the project's attestations, mapped or not, with
 each issuer's counts by outcome, how many counted, and when it was last seen.
-Whether a check is mapped comes from the check map in force (the registry
-hung on the hub as `extensions["checkmaps"]`); without a registry, from the
+Whether a check is mapped comes from the check map in force (the hub's
+check map registry); without a registry, from the
 reason of the check's latest attestation.  For an unmapped check, the
 candidates whose statements share words with the check's name are listed, so
 a maintainer sees which entry ids to add under `checks:` in the check map.

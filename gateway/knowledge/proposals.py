@@ -201,11 +201,3 @@ class Proposals:
                 extra={"state": proposal.state},
             )
         return proposal
-
-
-def proposals_for(hub: Any) -> Proposals:
-    """The hub's proposal service, made on first use."""
-    service = hub.extensions.get("proposals")
-    if service is None:
-        service = hub.extensions["proposals"] = Proposals(hub.driver, hub.clock, lambda: hub.knowledge.limits)
-    return service

@@ -1,8 +1,8 @@
 """The ASGI application: every door of the gateway in one process.
 
-Route modules each own a list of `routes` and may define `setup(hub)` to hang
-start/stop hooks or services on the hub; this file only assembles them.  The
-MCP app is routed at `/mcp`.
+Route modules each own a list of `routes`; this file only assembles them
+around a hub (the composition root, `gateway/hub.py`, builds every service).
+The MCP app is routed at `/mcp`.
 """
 
 from __future__ import annotations
@@ -65,9 +65,6 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
     routes: list[Any] = []
     for name in ROUTE_MODULES:
         module = importlib.import_module(name)
-        setup = getattr(module, "setup", None)
-        if setup is not None:
-            setup(hub)
         routes.extend(getattr(module, "routes", []))
 
     from gateway.mcp.server import build_mcp_app
@@ -80,7 +77,7 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if manage_hub:
-            await hub.start()
+            await hub.start(serve=True)
         try:
             async with session_manager.run():
                 yield

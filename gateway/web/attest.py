@@ -4,10 +4,9 @@
     POST /v1/webhooks/github     X-Hub-Signature-256, workflow_run / ping / check_run
     POST /v1/webhooks/{source}   Standard Webhooks, body of 5.1
 
-`setup(hub)` builds the check map registry, the key cache and the token
-verifier once per hub and hangs them on `hub.extensions`; the hub's start
-hook loads the maps against the store and starts the file watch, the stop
-hook closes the HTTP client.
+The intake and what it needs (check maps, keys, the token verifier) are
+built by the hub (`gateway/hub.py`); these handlers only read the request
+and answer.
 """
 
 from __future__ import annotations
@@ -19,17 +18,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.ci.intake import AttestationIntake, read_statement
-from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.core.errors import UnsupportedMedia
-from gateway.ci.oidc.fetch import JsonFetcher
-from gateway.ci.oidc.keys import KeyCache
-from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.web.inputs import API_BODY_LIMIT, WEBHOOK_BODY_LIMIT, bearer, json_body, raw_body
 from gateway.web.responses import JSONResponse
 
 
 def _intake(request: Request) -> AttestationIntake:
-    return request.app.state.hub.extensions["attestations"]
+    return request.app.state.hub.intake
 
 
 async def post_attestation(request: Request) -> Response:
@@ -58,38 +53,6 @@ async def post_source_webhook(request: Request) -> Response:
     _require_json(request)
     status, result = await _intake(request).from_source(request.path_params["source"], request.headers, raw)
     return JSONResponse(result, status_code=status)
-
-
-def setup(hub: Any) -> None:
-    if "attestations" in hub.extensions:
-        return
-    registry = CheckmapRegistry(hub.config.checkmaps, hub.clock)
-    registry.reload()  # files only; the store check runs when the hub starts
-    fetcher = JsonFetcher(allow_insecure=hub.config.allow_insecure_issuers)
-    keys = KeyCache(clock=hub.clock, driver=hub.driver, fetcher=fetcher, metrics=hub.metrics)
-    verifier = TokenVerifier(
-        keys=keys,
-        snapshot=lambda: registry.snapshot,
-        clock=hub.clock,
-        audience=hub.config.audience,
-        allow_insecure=hub.config.allow_insecure_issuers,
-    )
-    hub.extensions["checkmaps"] = registry
-    hub.extensions["oidc"] = verifier
-    hub.extensions["attestations"] = AttestationIntake(hub, registry, verifier)
-
-    async def on_start(hub: Any) -> None:
-        registry.reload()
-        await registry.check_store(hub.driver)
-        registry.install_sighup(hub.driver)
-        hub.add_task(registry.watch(hub.driver), "relayroom-checkmaps")
-
-    async def on_stop(hub: Any) -> None:
-        registry.remove_sighup()
-        await fetcher.close()
-
-    hub.extensions.setdefault("on_start", []).append(on_start)
-    hub.extensions.setdefault("on_stop", []).append(on_stop)
 
 
 routes = [

@@ -14,7 +14,7 @@ from gateway.ci.report import OUTCOMES, checks_report
 from gateway.core.errors import Invalid
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.knowledge.playbook import relayroom_md
-from gateway.knowledge.proposals import PROPOSAL_STATES, proposals_for
+from gateway.knowledge.proposals import PROPOSAL_STATES
 from gateway.web import charts
 from gateway.web.dashboard_base import context, owner_post, owner_session, redirect, view, with_notice
 from gateway.web.html import page
@@ -43,7 +43,7 @@ def _hub(request: Request) -> Any:
 @view
 async def proposals(request: Request) -> Response:
     session = await owner_session(request)
-    service = proposals_for(_hub(request))
+    service = _hub(request).proposals
     state = query_str(request, "state", 20)
     if state is None and "state" not in request.query_params:
         state = "pending"
@@ -66,7 +66,7 @@ async def proposals(request: Request) -> Response:
 @view
 async def approve(request: Request) -> Response:
     session, _ = await owner_post(request)
-    entry, duplicate = await proposals_for(_hub(request)).approve(session.principal, request.path_params["proposal_id"])
+    entry, duplicate = await _hub(request).proposals.approve(session.principal, request.path_params["proposal_id"])
     slug = session.principal.project.slug
     return redirect(with_notice(f"/projects/{slug}/proposals", "approved_duplicate" if duplicate else "approved", entry.id))
 
@@ -75,7 +75,7 @@ async def approve(request: Request) -> Response:
 async def reject(request: Request) -> Response:
     session, fields = await owner_post(request)
     reason = " ".join(fields.get("reason", "").split()) or DEFAULT_REJECT_REASON
-    await proposals_for(_hub(request)).reject(session.principal, request.path_params["proposal_id"], reason)
+    await _hub(request).proposals.reject(session.principal, request.path_params["proposal_id"], reason)
     slug = session.principal.project.slug
     return redirect(with_notice(f"/projects/{slug}/proposals", "rejected"))
 
@@ -88,7 +88,7 @@ async def checks(request: Request) -> Response:
     hub = _hub(request)
     session = await owner_session(request)
     project = session.principal.project
-    report = await checks_report(hub.driver, project, hub.clock.now(), hub.extensions.get("checkmaps"))
+    report = await checks_report(hub.driver, project, hub.clock.now(), hub.checkmaps)
     ctx = await context(request, session, "checks", report=report, outcomes=OUTCOMES)
     return page("checks.html", ctx)
 

@@ -16,8 +16,7 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     hub = request.app.state.hub
     store_ok = await hub.driver.ping()
-    checkmaps = hub.extensions.get("checkmaps")
-    maps = checkmaps.status() if checkmaps is not None else []
+    maps = hub.checkmaps.status()
     ready = store_ok and hub.started
     body = {"ready": ready, "store": "ok" if store_ok else "unavailable", "checkmaps": maps}
     return JSONResponse(body, status_code=200 if ready else 503)

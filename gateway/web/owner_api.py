@@ -11,7 +11,6 @@ from starlette.routing import Route
 
 from gateway.knowledge.service import require
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
-from gateway.knowledge.proposals import proposals_for
 from gateway.knowledge.threads import Threads
 from gateway.web.api import created_entry
 from gateway.web.inputs import json_body, principal_for, query_int, query_str
@@ -22,18 +21,11 @@ def _hub(request: Request) -> Any:
     return request.app.state.hub
 
 
-def threads_for(hub: Any) -> Threads:
-    service = hub.extensions.get("threads")
-    if service is None:
-        service = hub.extensions["threads"] = Threads(hub.driver, hub.clock, hub.knowledge)
-    return service
-
-
 async def post_message(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "write", "posting a thread message")
     body = await json_body(request, required=("author", "text"))
-    posted = await threads_for(_hub(request)).post_message(
+    posted = await _hub(request).threads.post_message(
         principal, request.path_params["thread_id"], body["author"], body["text"]
     )
     return JSONResponse(posted.to_json(), status_code=201)
@@ -41,7 +33,7 @@ async def post_message(request: Request) -> Response:
 
 async def proposals(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    service = proposals_for(_hub(request))
+    service = _hub(request).proposals
     if request.method == "POST":
         require(principal, "write", "proposing a reflection")
         body = await json_body(request, required=("kind", "statement", "rationale"))
@@ -61,7 +53,7 @@ async def approve(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "owner", "approving a proposal")
     await json_body(request, allow_empty=True)
-    entry, duplicate = await proposals_for(_hub(request)).approve(principal, request.path_params["proposal_id"])
+    entry, duplicate = await _hub(request).proposals.approve(principal, request.path_params["proposal_id"])
     return created_entry(entry, duplicate, _hub(request).clock.now())
 
 
@@ -69,7 +61,7 @@ async def reject(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "owner", "rejecting a proposal")
     body = await json_body(request, required=("reason",))
-    proposal = await proposals_for(_hub(request)).reject(principal, request.path_params["proposal_id"], body["reason"])
+    proposal = await _hub(request).proposals.reject(principal, request.path_params["proposal_id"], body["reason"])
     return JSONResponse(proposal.to_json())
 
 

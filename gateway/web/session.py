@@ -57,10 +57,10 @@ class Session:
 
 
 async def signing_key(hub: Any) -> bytes:
-    key = hub.extensions.get("dashboard_key")
+    key: bytes | None = hub.dashboard_key
     if key is None:
         secret = hub.config.secret_key.reveal() if hub.config.secret_key else await hub.accounts.secret_key()
-        key = hub.extensions["dashboard_key"] = hashlib.sha256(b"relayroom-dashboard:" + secret.encode()).digest()
+        key = hub.dashboard_key = hashlib.sha256(b"relayroom-dashboard:" + secret.encode()).digest()
     return key
 
 

@@ -73,7 +73,6 @@ def page(browser: Any) -> Iterator[Any]:
 
 
 async def _seed(hub: Any) -> dict[str, Any]:
-    from gateway.knowledge.proposals import proposals_for
 
     await hub.accounts.create_project("acme")
     tokens = {
@@ -95,7 +94,7 @@ async def _seed(hub: Any) -> dict[str, Any]:
     await hub.knowledge.confirm(owner, ids["blocked"])
     await hub.knowledge.post_event(agent9, "error", {"contradicts": ids["blocked"], "reason": "production runs PostgreSQL"})
     ids["blocked_until"] = to_date(hub.clock.now() + 30 * DAY)
-    proposal = await proposals_for(hub).propose(agent7, "convention", "Branch names start with the ticket id.", "seen in 40 PRs")
+    proposal = await hub.proposals.propose(agent7, "convention", "Branch names start with the ticket id.", "seen in 40 PRs")
     ids["proposal"] = proposal.id
     recall_id, results = await hub.recall.recall(agent7, "pooler statements")
     return {"tokens": tokens, "ids": ids}
