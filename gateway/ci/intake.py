@@ -142,7 +142,7 @@ class AttestationIntake:
         # The hub-wide secret may still sign what no binding takes from it (a
         # ping, an unbound repository): answered, never recorded.  A binding
         # with its own secret demands that one.
-        hub_ok = bool(hub_secret) and signatures.github_valid(hub_secret, raw, signature)
+        hub_ok = bool(hub_secret and signatures.github_valid(hub_secret, raw, signature))
         if not verified and (not hub_ok or any(b.webhook_secret_env for b in candidates)):
             raise Unauthorized("X-Hub-Signature-256 does not verify with the webhook secret of this repository's "
                                "binding (or the hub-wide secret)", code="invalid_signature")

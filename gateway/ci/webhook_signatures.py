@@ -82,7 +82,7 @@ def standard_verify(
     stamp = timestamp.strip()
     if abs(now - int(stamp)) > TOLERANCE_SECONDS:
         return Verdict.STALE, -1
-    offered = []
+    offered: list[bytes] = []
     for item in signature.split(" ")[:10]:
         version, sep, value = item.partition(",")
         if version == "v1" and sep and _B64.match(value):
@@ -93,8 +93,8 @@ def standard_verify(
     found = -1
     for index, key in enumerate(keys):
         expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest())
-        for value in offered:
+        for offer in offered:
             # Compare every pair: the time taken does not tell which one matched.
-            if hmac.compare_digest(expected, value) and found < 0:
+            if hmac.compare_digest(expected, offer) and found < 0:
                 found = index
     return (Verdict.VALID, found) if found >= 0 else (Verdict.INVALID, -1)

@@ -30,7 +30,7 @@ class JsonFormatter(logging.Formatter):
         return f"{self._second[1]}.{int(record.msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {
+        out: dict[str, object] = {
             "ts": self._timestamp(record),
             "level": record.levelname.lower(),
             "logger": record.name,

@@ -141,7 +141,7 @@ def register_tools(server: Any, hub: Any, caller: Caller) -> None:
     @_tool(
         server,
         title="Recall project knowledge",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False),
     )
     async def recall(query: Query, kind: KindFilter = None, limit: Limit = DEFAULT_LIMIT) -> RecallResult:
         """Look up this project's trusted knowledge: conventions, pitfalls, decisions and facts.
@@ -163,7 +163,7 @@ def register_tools(server: Any, hub: Any, caller: Caller) -> None:
     @_tool(
         server,
         title="Learn (propose) project knowledge",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
     )
     async def learn(
         kind: Kind, statement: Statement, evidence: Evidence = None, ttl_days: TtlDays = None
@@ -188,7 +188,7 @@ def register_tools(server: Any, hub: Any, caller: Caller) -> None:
     @_tool(
         server,
         title="Say a recalled entry was used",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
     )
     async def recall_used(recall_id: RecallId, entry_id: EntryId) -> UsedResult:
         """Report that an entry returned by your recall actually shaped your work.
@@ -208,7 +208,7 @@ def register_tools(server: Any, hub: Any, caller: Caller) -> None:
     @_tool(
         server,
         title="Report a wrong entry",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=True, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     async def report_error(contradicts: EntryId, detail: Detail) -> ReportResult:
         """Report that a recalled entry is wrong: following it failed, or the code says otherwise.

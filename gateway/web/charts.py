@@ -101,14 +101,14 @@ def bar_chart(
     for index, label in enumerate(labels):
         for number, (css, name, values) in enumerate(series):
             value = values[index]
-            height = span * value / top
+            bar_height = span * value / top
             x = chart.plot_left + slot * index + (slot - inner) / 2 + bar_width * number
             chart.bars.append(
                 Bar(
                     x=round(x, 2),
-                    y=round(chart.plot_bottom - height, 2),
+                    y=round(chart.plot_bottom - bar_height, 2),
                     width=round(max(bar_width - 1, 1), 2),
-                    height=round(height, 2),
+                    height=round(bar_height, 2),
                     css=css,
                     title=f"{label}: {value} {name}",
                 )

@@ -173,9 +173,9 @@ async def form_fields(request: Request) -> dict[str, str]:
             form = await request.form(max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=FORM_BODY_LIMIT)
         except Exception:  # the parser's own errors: a malformed form is the sender's mistake
             raise BadRequest("the form could not be read", code="malformed_request") from None
-        for name, value in form.multi_items():
-            if isinstance(value, str):
-                fields.setdefault(name, value)
+        for name, item in form.multi_items():
+            if isinstance(item, str):
+                fields.setdefault(name, item)
     return fields
 
 

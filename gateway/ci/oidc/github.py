@@ -79,7 +79,8 @@ def run_from_workflow_run(payload: dict[str, Any], run: dict[str, Any]) -> RunFa
     """The facts of a signed `workflow_run` delivery.  The code that ran is the
     head repository's (a fork's, for a fork's pull request), and the payload
     has no ref type: `head_branch` holds a pushed tag's name too."""
-    repository = payload.get("repository") if isinstance(payload.get("repository"), dict) else {}
+    raw_repository = payload.get("repository")
+    repository: dict[str, Any] = raw_repository if isinstance(raw_repository, dict) else {}
     full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
     branch = run.get("head_branch")
     path = run.get("path")
