@@ -51,7 +51,7 @@ def database_url(backend: str, tmp_path: Path) -> Iterator[str]:
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'relayroom.db'}"
         return
-    from tests.pg import fresh_database
+    from tests.support.pg import fresh_database
 
     with fresh_database() as url:
         yield url
