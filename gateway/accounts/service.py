@@ -10,7 +10,7 @@ from gateway.accounts import tokens
 from gateway.knowledge import trust
 from gateway.core.clock import Clock
 from gateway.core.errors import Conflict, Invalid, NotFound, Unauthorized
-from gateway.knowledge.service import require
+from gateway.knowledge.permissions import require
 from gateway.knowledge.model import LEVELS, Principal, Project, ProjectSettings
 from gateway.store.base import Driver
 from gateway.store.queries import Queries, _project
@@ -150,11 +150,11 @@ class Accounts:
         return Principal(project=_project(row), name=row["principal"], level=row["level"])
 
     async def settings(self, principal: Principal) -> ProjectSettings:
-        require(principal, "owner", "reading settings")
+        require(principal, "read_settings")
         return principal.project.settings  # read with the token, in this very request
 
     async def update_settings(self, principal: Principal, changes: dict[str, Any]) -> ProjectSettings:
-        require(principal, "owner", "changing settings")
+        require(principal, "change_settings")
         if not isinstance(changes, dict) or not changes:
             raise Invalid("send at least one setting to change", code="invalid_field")
         now = self.clock.now()
@@ -176,7 +176,7 @@ class Accounts:
         return await self.driver.read(lambda q: q.playbook(principal.project.id))
 
     async def set_playbook(self, principal: Principal, text: str) -> None:
-        require(principal, "owner", "editing the playbook")
+        require(principal, "edit_playbook")
         if len(text) > 60000 or "\x00" in text:
             raise Invalid("the playbook must be text under 60000 characters", code="invalid_field")
         now = self.clock.now()

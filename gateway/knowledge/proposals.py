@@ -24,12 +24,12 @@ from gateway.knowledge.service import (
     candidate_refusal,
     decode_cursor,
     encode_cursor,
-    require,
     validate_kind,
     validate_text,
     write_candidate,
 )
 from gateway.knowledge.model import Entry, Principal
+from gateway.knowledge.permissions import require
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
 
@@ -94,7 +94,7 @@ class Proposals:
         self.limits = limits  # read per call: the hub's budgets as they are now
 
     async def propose(self, principal: Principal, kind: Any, statement: Any, rationale: Any) -> Proposal:
-        require(principal, "write", "proposing a reflection")
+        require(principal, "propose")
         kind = validate_kind(kind)
         statement = validate_text(statement, "statement", MAX_STATEMENT)
         rationale = validate_text(rationale, "rationale", MAX_EVIDENCE)
@@ -118,7 +118,7 @@ class Proposals:
     async def list(
         self, principal: Principal, *, state: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> tuple[list[Proposal], str | None]:
-        require(principal, "owner", "listing proposals")
+        require(principal, "list_proposals")
         if state is not None and state not in PROPOSAL_STATES:
             raise Invalid(f"state must be one of {', '.join(PROPOSAL_STATES)}", code="invalid_state")
         if not 1 <= limit <= MAX_PAGE:
@@ -133,7 +133,7 @@ class Proposals:
         return proposals[:limit], next_cursor
 
     async def counts(self, principal: Principal) -> dict[str, int]:
-        require(principal, "owner", "listing proposals")
+        require(principal, "list_proposals")
         counts = await self.driver.read(lambda q: q.count_proposals(principal.project.id))
         return {state: counts.get(state, 0) for state in PROPOSAL_STATES}
 
@@ -143,7 +143,7 @@ class Proposals:
         Returns (entry, duplicate): as with learn, a statement equal to a live
         entry the proposer can see links the proposal to that entry instead
         of writing the same fact twice."""
-        require(principal, "owner", "approving a proposal")
+        require(principal, "approve_proposal")
         project = principal.project
         now = self.clock.now()
 
@@ -170,7 +170,7 @@ class Proposals:
         return await self.driver.write(unit)
 
     async def reject(self, principal: Principal, proposal_id: Any, reason: Any) -> Proposal:
-        require(principal, "owner", "rejecting a proposal")
+        require(principal, "reject_proposal")
         reason = validate_text(reason, "reason", MAX_EVIDENCE)
         project = principal.project
         now = self.clock.now()

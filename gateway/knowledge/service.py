@@ -15,9 +15,10 @@ from typing import Any
 
 from gateway.knowledge import trust
 from gateway.core.clock import DAY, HOUR, Clock, to_rfc3339
-from gateway.core.errors import Conflict, Forbidden, Invalid, NotFound, RateLimited
+from gateway.core.errors import Conflict, Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
 from gateway.knowledge.model import ContradictionRecord, Entry, Principal, Project, Support
+from gateway.knowledge.permissions import require
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
 
@@ -28,14 +29,6 @@ MAX_TTL_DAYS = 36500.0
 MAX_PAGE = 200
 # Standard Webhooks refuse timestamps older than 5 minutes; ids are kept twice that.
 REPLAY_TOLERANCE_SECONDS = 300
-
-
-def require(principal: Principal, level: str, action: str) -> None:
-    if not principal.at_least(level):
-        raise Forbidden(
-            f"{action} needs a {level} token for project {principal.project.slug}; this token is {principal.level}",
-            code="insufficient_level",
-        )
 
 
 def validate_kind(kind: Any, *, field: str = "kind") -> str:
@@ -202,7 +195,7 @@ class Knowledge:
         expires_at: float | None = None,
     ) -> tuple[Entry, bool]:
         """Write a candidate, always.  Returns (entry, duplicate)."""
-        require(principal, "write", "learn")
+        require(principal, "learn")
         kind = validate_kind(kind)
         statement = validate_text(statement, "statement", MAX_STATEMENT)
         evidence = validate_text(evidence, "evidence", MAX_EVIDENCE, required=False)
@@ -285,7 +278,7 @@ class Knowledge:
     # -- owner moves ----------------------------------------------------------
 
     async def confirm(self, principal: Principal, entry_id: str) -> Entry:
-        require(principal, "owner", "confirm")
+        require(principal, "confirm")
         project = principal.project
         now = self.clock.now()
 
@@ -315,7 +308,7 @@ class Knowledge:
         return confirmed
 
     async def refute(self, principal: Principal, entry_id: str, reason: Any) -> Entry:
-        require(principal, "owner", "refute")
+        require(principal, "refute")
         reason = validate_text(reason, "reason", MAX_EVIDENCE)
         project = principal.project
         now = self.clock.now()
@@ -333,7 +326,7 @@ class Knowledge:
     # -- agents' events -------------------------------------------------------
 
     async def post_event(self, principal: Principal, type_: Any, detail: Any) -> tuple[str, str]:
-        require(principal, "write", "posting an event")
+        require(principal, "post_event")
         type_ = validate_text(type_, "type", MAX_EVENT_TYPE)
         if not isinstance(detail, dict):
             raise Invalid("detail must be a JSON object", code="invalid_field")

@@ -31,7 +31,8 @@ from gateway.core.clock import HOUR, Clock
 from gateway.core.errors import Invalid, RateLimited
 from gateway.knowledge.extraction import extract
 from gateway.core.ids import new_id
-from gateway.knowledge.service import Knowledge, over_budget, require, validate_text, write_candidate
+from gateway.knowledge.permissions import require
+from gateway.knowledge.service import Knowledge, over_budget, validate_text, write_candidate
 from gateway.knowledge.model import Principal
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
@@ -75,7 +76,7 @@ class Threads:
         self.knowledge = knowledge
 
     async def post_message(self, principal: Principal, thread_id: Any, author: Any, text: Any) -> PostedMessage:
-        require(principal, "write", "posting a thread message")
+        require(principal, "post_message")
         thread_id = validate_thread_id(thread_id)
         author = validate_text(author, "author", MAX_AUTHOR)
         text = validate_text(text, "text", MAX_TEXT)

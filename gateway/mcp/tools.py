@@ -22,7 +22,8 @@ from pydantic import BaseModel, Field
 
 from gateway.core.clock import to_rfc3339
 from gateway.core.errors import GatewayError
-from gateway.knowledge.service import MAX_EVIDENCE, MAX_STATEMENT, require
+from gateway.knowledge.permissions import require
+from gateway.knowledge.service import MAX_EVIDENCE, MAX_STATEMENT
 from gateway.knowledge.model import Entry, Principal
 from gateway.recall.service import DEFAULT_LIMIT, MAX_LIMIT
 from gateway.recall.search import MAX_QUERY_CHARS
@@ -221,7 +222,7 @@ def register_tools(server: Any, hub: Any, caller: Caller) -> None:
         """
         principal = await caller()
         try:
-            require(principal, "write", "report_error")
+            require(principal, "report_error")
             event_id, effect = await hub.knowledge.post_event(
                 principal, "error", {"contradicts": contradicts, "detail": detail, "via": "mcp"}
             )

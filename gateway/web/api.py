@@ -14,7 +14,8 @@ from starlette.routing import Route
 
 from gateway.core.clock import parse_rfc3339, to_rfc3339
 from gateway.core.errors import Invalid
-from gateway.knowledge.service import decode_cursor, encode_cursor, require
+from gateway.knowledge.permissions import require
+from gateway.knowledge.service import decode_cursor, encode_cursor
 from gateway.web.inputs import bearer, json_body, principal_for, query_int, query_str, raw_body
 from gateway.web.responses import JSONResponse
 
@@ -29,7 +30,7 @@ def _now(request: Request) -> float:
 
 async def create_entry(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "write", "learn")
+    require(principal, "learn")
     body = await json_body(request, required=("kind", "statement"), optional=("evidence", "ttl_days", "expires_at"))
     expires_at = None
     if body.get("expires_at") is not None:
@@ -79,7 +80,7 @@ async def get_entry(request: Request) -> Response:
 
 async def confirm_entry(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "owner", "confirm")
+    require(principal, "confirm")
     await json_body(request, allow_empty=True)
     entry = await _hub(request).knowledge.confirm(principal, request.path_params["entry_id"])
     return JSONResponse(entry.to_json(_now(request)))
@@ -87,7 +88,7 @@ async def confirm_entry(request: Request) -> Response:
 
 async def refute_entry(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "owner", "refute")
+    require(principal, "refute")
     body = await json_body(request, required=("reason",))
     entry = await _hub(request).knowledge.refute(principal, request.path_params["entry_id"], body["reason"])
     return JSONResponse(entry.to_json(_now(request)))
@@ -95,7 +96,7 @@ async def refute_entry(request: Request) -> Response:
 
 async def post_event(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "write", "posting an event")
+    require(principal, "post_event")
     body = await json_body(request, required=("type", "detail"))
     event_id, effect = await _hub(request).knowledge.post_event(principal, body["type"], body["detail"])
     return JSONResponse({"event_id": event_id, "effect": effect}, status_code=202)
@@ -143,7 +144,7 @@ async def audit_page(
 
 async def audit(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "owner", "reading the audit ledger")
+    require(principal, "read_audit")
     limit = query_int(request, "limit", 100, 1, 500)
     rows, next_cursor = await audit_page(
         _hub(request),
@@ -168,7 +169,7 @@ async def settings(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     accounts = _hub(request).accounts
     if request.method == "PATCH":
-        require(principal, "owner", "changing settings")
+        require(principal, "change_settings")
         body = await json_body(
             request,
             optional=("k_distinct_issuers", "window_days", "playbook_min_trusted", "playbook_top_n", "demotions_per_hour"),
@@ -182,7 +183,7 @@ async def playbook(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     accounts = _hub(request).accounts
     if request.method == "PUT":
-        require(principal, "owner", "editing the playbook")
+        require(principal, "edit_playbook")
         raw = await raw_body(request, 64 * 1024)
         try:
             text = raw.decode("utf-8")

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.knowledge.service import require
+from gateway.knowledge.permissions import require
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.knowledge.threads import Threads
 from gateway.web.api import created_entry
@@ -23,7 +23,7 @@ def _hub(request: Request) -> Any:
 
 async def post_message(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "write", "posting a thread message")
+    require(principal, "post_message")
     body = await json_body(request, required=("author", "text"))
     posted = await _hub(request).threads.post_message(
         principal, request.path_params["thread_id"], body["author"], body["text"]
@@ -35,11 +35,11 @@ async def proposals(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     service = _hub(request).proposals
     if request.method == "POST":
-        require(principal, "write", "proposing a reflection")
+        require(principal, "propose")
         body = await json_body(request, required=("kind", "statement", "rationale"))
         proposal = await service.propose(principal, body["kind"], body["statement"], body["rationale"])
         return JSONResponse(proposal.to_json(), status_code=201)
-    require(principal, "owner", "listing proposals")
+    require(principal, "list_proposals")
     found, next_cursor = await service.list(
         principal,
         state=query_str(request, "state", 20),
@@ -51,7 +51,7 @@ async def proposals(request: Request) -> Response:
 
 async def approve(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "owner", "approving a proposal")
+    require(principal, "approve_proposal")
     await json_body(request, allow_empty=True)
     entry, duplicate = await _hub(request).proposals.approve(principal, request.path_params["proposal_id"])
     return created_entry(entry, duplicate, _hub(request).clock.now())
@@ -59,7 +59,7 @@ async def approve(request: Request) -> Response:
 
 async def reject(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "owner", "rejecting a proposal")
+    require(principal, "reject_proposal")
     body = await json_body(request, required=("reason",))
     proposal = await _hub(request).proposals.reject(principal, request.path_params["proposal_id"], body["reason"])
     return JSONResponse(proposal.to_json())
@@ -67,7 +67,7 @@ async def reject(request: Request) -> Response:
 
 async def learning(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    require(principal, "owner", "reading the learning figures")
+    require(principal, "read_learning")
     days = query_int(request, "days", DEFAULT_DAYS, 1, MAX_DAYS)
     hub = _hub(request)
     now = hub.clock.now()
