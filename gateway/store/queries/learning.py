@@ -1,0 +1,131 @@
+"""What the playbook and the learning report read: use, recall and mention statistics
+(rows as dicts; gateway.recall.learning and gateway.knowledge.playbook shape them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.knowledge.model import Entry
+from gateway.store.queries.common import ENTRY_COLUMNS, STATE_FILTERS, QueryBase, _entry
+
+
+class LearningQueries(QueryBase):
+    def _day(self, column: str) -> str:
+        """The UTC day number of an epoch column (moments are never negative,
+        so SQLite's truncating CAST is a floor; PostgreSQL's CAST rounds)."""
+        if self.tx.dialect == "postgres":
+            return f"CAST(FLOOR({column} / 86400) AS BIGINT)"
+        return f"CAST({column} / 86400 AS INTEGER)"
+
+    async def count_trusted(self, project_id: int, now: float) -> int:
+        row = await self.tx.one(
+            f"SELECT COUNT(*) AS n FROM entries e WHERE e.project_id = ? AND {STATE_FILTERS['trusted']}",
+            project_id,
+            now,
+        )
+        return int(row["n"]) if row else 0
+
+    async def most_used_trusted(self, project_id: int, now: float, limit: int) -> list[tuple[Entry, int]]:
+        """Trusted, unexpired entries, most used first (ties: oldest first).
+
+        "Used" counts (principal, UTC day) pairs, not calls: a principal
+        reporting one entry used a hundred times in a day is one use, so
+        repeating itself buys a token no rank (docs/security.md, Limits)."""
+        day = self._day("ru.at")
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS}, COALESCE(u.n, 0) AS uses FROM entries e "
+            "JOIN projects p ON p.id = e.project_id "
+            "LEFT JOIN (SELECT entry_seq, COUNT(*) AS n FROM ("
+            f"SELECT DISTINCT ru.entry_seq, r.principal, {day} AS day FROM recall_uses ru "
+            "JOIN recalls r ON r.seq = ru.recall_seq WHERE ru.project_id = ?) d GROUP BY entry_seq) u "
+            "ON u.entry_seq = e.seq "
+            f"WHERE e.project_id = ? AND {STATE_FILTERS['trusted']} "
+            "ORDER BY COALESCE(u.n, 0) DESC, e.seq ASC LIMIT ?",
+            project_id,
+            project_id,
+            now,
+            limit,
+        )
+        return [(_entry(r), int(r["uses"])) for r in rows]
+
+    async def recall_days(self, project_id: int, since: float) -> list[dict[str, Any]]:
+        """Per UTC day since `since`: recalls made and entries they returned."""
+        day = self._day("at")
+        return await self.tx.all(
+            f"SELECT {day} AS day, COUNT(*) AS recalls, CAST(COALESCE(SUM(returned), 0) AS BIGINT) AS returned "
+            f"FROM recalls WHERE project_id = ? AND at >= ? GROUP BY {day} ORDER BY 1",
+            project_id,
+            since,
+        )
+
+    async def use_days(self, project_id: int, since: float) -> list[dict[str, Any]]:
+        """Per UTC day of the recall: returned entries reported used."""
+        day = self._day("r.at")
+        return await self.tx.all(
+            f"SELECT {day} AS day, COUNT(*) AS used, COUNT(DISTINCT ru.recall_seq) AS recalls_with_use "
+            "FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
+            f"WHERE r.project_id = ? AND r.at >= ? GROUP BY {day} ORDER BY 1",
+            project_id,
+            since,
+        )
+
+    async def entry_recall_counts(self, project_id: int, since: float) -> dict[int, tuple[int, int]]:
+        """entry seq -> (times returned, times used), over recalls made since `since`."""
+        counts: dict[int, tuple[int, int]] = {}
+        for row in await self.tx.all(
+            "SELECT rr.entry_seq, COUNT(*) AS n FROM recall_results rr JOIN recalls r ON r.seq = rr.recall_seq "
+            "WHERE r.project_id = ? AND r.at >= ? GROUP BY rr.entry_seq",
+            project_id,
+            since,
+        ):
+            counts[int(row["entry_seq"])] = (int(row["n"]), 0)
+        for row in await self.tx.all(
+            "SELECT ru.entry_seq, COUNT(*) AS n FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
+            "WHERE r.project_id = ? AND r.at >= ? GROUP BY ru.entry_seq",
+            project_id,
+            since,
+        ):
+            returned, _ = counts.get(int(row["entry_seq"]), (0, 0))
+            counts[int(row["entry_seq"])] = (returned, int(row["n"]))
+        return counts
+
+    async def never_recalled(self, project_id: int, now: float, limit: int) -> tuple[int, list[Entry]]:
+        """Trusted, unexpired entries no recall ever returned: (how many, the oldest few)."""
+        clause = (
+            f"e.project_id = ? AND {STATE_FILTERS['trusted']} "
+            "AND NOT EXISTS (SELECT 1 FROM recall_results rr WHERE rr.entry_seq = e.seq)"
+        )
+        row = await self.tx.one(f"SELECT COUNT(*) AS n FROM entries e WHERE {clause}", project_id, now)
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE {clause} "
+            "ORDER BY e.seq ASC LIMIT ?",
+            project_id,
+            now,
+            limit,
+        )
+        return (int(row["n"]) if row else 0), [_entry(r) for r in rows]
+
+    async def entry_recall_stats(self, entry_seq: int) -> tuple[int, int]:
+        """(times returned by a recall, times reported used) for one entry, ever."""
+        returned = await self.tx.one("SELECT COUNT(*) AS n FROM recall_results WHERE entry_seq = ?", entry_seq)
+        used = await self.tx.one("SELECT COUNT(*) AS n FROM recall_uses WHERE entry_seq = ?", entry_seq)
+        return (int(returned["n"]) if returned else 0), (int(used["n"]) if used else 0)
+
+    async def candidates_mentioning(self, project_id: int, now: float, words: list[str], limit: int) -> list[Entry]:
+        """Candidates whose statement contains any of `words` (lower case), newest first."""
+        if not words:
+            return []
+        likes = []
+        args: list[Any] = [project_id, now]
+        for word in words:
+            likes.append("e.norm_statement LIKE ? ESCAPE '\\'")
+            escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            args.append(f"%{escaped}%")
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            f"WHERE e.project_id = ? AND {STATE_FILTERS['candidate']} AND ({' OR '.join(likes)}) "
+            "ORDER BY e.seq DESC LIMIT ?",
+            *args,
+            limit,
+        )
+        return [_entry(r) for r in rows]

@@ -1,0 +1,145 @@
+"""Recalls: the search, the record of what it returned, and the uses reported."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from gateway.knowledge.model import ContradictionRecord, Entry, Support
+from gateway.store.queries.common import ENTRY_COLUMNS, _entry, _load
+from gateway.store.queries.entries import EntryQueries
+
+
+# PostgreSQL only: the entries a recall returns, each with its supports and
+# contradictions as arrays of rows (see `Queries._recalled_entries`).
+RECALLED_ENTRIES = (
+    f"SELECT {ENTRY_COLUMNS}, "
+    "(SELECT array_agg(ROW(s.issuer, s.source, s.attestation_id, s.at) ORDER BY s.id) "
+    "FROM supports s WHERE s.entry_seq = e.seq) AS supports, "
+    "(SELECT array_agg(ROW(c.by_principal, c.detail, c.at, c.until) ORDER BY c.id) "
+    "FROM contradictions c WHERE c.entry_seq = e.seq) AS contradictions "
+    "FROM entries e JOIN projects p ON p.id = e.project_id WHERE e.seq = ANY(CAST(? AS BIGINT[]))"
+)
+# PostgreSQL only: a recall and its results in one statement (the results
+# row by row from three arrays; none for a recall that found nothing).
+INSERT_RECALL = (
+    "WITH r AS (INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq) "
+    "INSERT INTO recall_results (recall_seq, entry_seq, rank, score) "
+    "SELECT r.seq, x.entry_seq, x.rank, x.score FROM r, "
+    "unnest(CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS DOUBLE PRECISION[])) AS x(entry_seq, rank, score)"
+)
+
+
+class RecallQueries(EntryQueries):
+    async def search(
+        self, project_id: int, query: str, kind: str | None, limit: int, now: float
+    ) -> list[tuple[Entry, float]]:
+        hits = await self.index.search(project_id, query, kind, limit, now)
+        seqs = [seq for seq, _ in hits]
+        found = await (self._recalled_entries(seqs) if self.tx.dialect == "postgres" else self.entries_by_seqs(seqs))
+        # Defence in depth: the index holds trusted entries only, but recall
+        # is the gate's door, so the entry's own state has the last word.
+        return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
+
+    async def _recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
+        """`entries_by_seqs` in one statement (PostgreSQL): the rows, their
+        supports and contradictions (each in id order, as `attach` reads
+        them), one SQL text whatever the number of entries."""
+        if not seqs:
+            return {}
+        entries: dict[int, Entry] = {}
+        for row in await self.tx.all(RECALLED_ENTRIES, seqs):
+            entry = _entry(row)
+            entry.supports.extend(
+                Support(issuer=issuer, source=source, attestation_id=attestation_id, at=at)
+                for issuer, source, attestation_id, at in row["supports"] or ()
+            )
+            entry.contradictions.extend(
+                ContradictionRecord(by=by, detail=_load(detail), at=at, until=until)
+                for by, detail, at, until in row["contradictions"] or ()
+            )
+            entries[entry.seq] = entry
+        return entries
+
+    async def insert_recall(
+        self,
+        recall_id: str,
+        project_id: int,
+        principal: str,
+        query: str,
+        kind: str | None,
+        via: str,
+        results: list[tuple[Entry, float]],
+        now: float,
+    ) -> None:
+        if self.tx.dialect == "postgres":
+            # One statement, one SQL text: the recall and its results.
+            await self.tx.run(
+                INSERT_RECALL,
+                recall_id,
+                project_id,
+                principal,
+                query,
+                kind,
+                via,
+                len(results),
+                now,
+                [entry.seq for entry, _ in results],
+                list(range(len(results))),
+                [score for _, score in results],
+            )
+            return
+        row = await self.tx.one(
+            "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+            recall_id,
+            project_id,
+            principal,
+            query,
+            kind,
+            via,
+            len(results),
+            now,
+        )
+        assert row is not None
+        if results:
+            await self.tx.run_many(
+                "INSERT INTO recall_results (recall_seq, entry_seq, rank, score) VALUES (?, ?, ?, ?)",
+                [(row["seq"], entry.seq, rank, score) for rank, (entry, score) in enumerate(results)],
+            )
+
+    async def recall_hit(
+        self, project_id: int, recall_id: str, principal: str, entry_id: str
+    ) -> tuple[int, int] | None:
+        row = await self.tx.one(
+            "SELECT r.seq AS recall_seq, e.seq AS entry_seq FROM recalls r "
+            "JOIN recall_results rr ON rr.recall_seq = r.seq "
+            "JOIN entries e ON e.seq = rr.entry_seq "
+            "WHERE r.project_id = ? AND r.id = ? AND r.principal = ? AND e.id = ?",
+            project_id,
+            recall_id,
+            principal,
+            entry_id,
+        )
+        return (row["recall_seq"], row["entry_seq"]) if row else None
+
+    async def insert_recall_use(self, project_id: int, recall_seq: int, entry_seq: int, now: float) -> bool:
+        return bool(
+            await self.tx.run(
+                "INSERT INTO recall_uses (recall_seq, entry_seq, project_id, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                recall_seq,
+                entry_seq,
+                project_id,
+                now,
+            )
+        )
+
+    async def use_counts(self, entry_seqs: Iterable[int]) -> dict[int, int]:
+        seqs = list(entry_seqs)
+        if not seqs:
+            return {}
+        marks = ", ".join("?" for _ in seqs)
+        rows = await self.tx.all(
+            f"SELECT entry_seq, COUNT(*) AS n FROM recall_uses WHERE entry_seq IN ({marks}) GROUP BY entry_seq", *seqs
+        )
+        return {r["entry_seq"]: int(r["n"]) for r in rows}
