@@ -17,17 +17,13 @@ from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.errors import Conflict, Invalid, NotFound
 from gateway.core.ids import new_id
 from gateway.knowledge.service import (
-    MAX_EVIDENCE,
-    MAX_PAGE,
-    MAX_STATEMENT,
     WriteLimits,
     candidate_refusal,
     decode_cursor,
     encode_cursor,
-    validate_kind,
-    validate_text,
     write_candidate,
 )
+from gateway.knowledge.inputs import MAX_EVIDENCE, MAX_STATEMENT, validate_kind, validate_page_limit, validate_text
 from gateway.knowledge.model import Entry, Principal
 from gateway.knowledge.permissions import require
 from gateway.store.base import Driver
@@ -93,12 +89,11 @@ class Proposals:
         self.clock = clock
         self.limits = limits  # read per call: the hub's budgets as they are now
 
-    async def propose(self, principal: Principal, kind: Any, statement: Any, rationale: Any) -> Proposal:
+    async def propose(self, principal: Principal, kind: str, statement: str, rationale: str) -> Proposal:
         require(principal, "propose")
         kind = validate_kind(kind)
         statement = validate_text(statement, "statement", MAX_STATEMENT)
         rationale = validate_text(rationale, "rationale", MAX_EVIDENCE)
-        assert statement is not None
         project = principal.project
         now = self.clock.now()
         proposal_id = new_id("pr")
@@ -121,8 +116,7 @@ class Proposals:
         require(principal, "list_proposals")
         if state is not None and state not in PROPOSAL_STATES:
             raise Invalid(f"state must be one of {', '.join(PROPOSAL_STATES)}", code="invalid_state")
-        if not 1 <= limit <= MAX_PAGE:
-            raise Invalid(f"limit must be between 1 and {MAX_PAGE}", code="invalid_limit")
+        validate_page_limit(limit)
         before = decode_cursor(cursor)
         project = principal.project
         rows = await self.driver.read(

@@ -14,39 +14,27 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.knowledge import trust
-from gateway.core.clock import DAY, HOUR, Clock, to_rfc3339
+from gateway.core.clock import HOUR, Clock, to_rfc3339
 from gateway.core.errors import Conflict, Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
 from gateway.knowledge.model import ContradictionRecord, Entry, Principal, Project, Support
+from gateway.knowledge.inputs import (
+    MAX_EVENT_TYPE,
+    MAX_EVIDENCE,
+    MAX_STATEMENT,
+    optional_text,
+    validate_expiry,
+    validate_kind,
+    validate_page_limit,
+    validate_state,
+    validate_text,
+)
 from gateway.knowledge.permissions import require
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
 
-MAX_STATEMENT = 2000
-MAX_EVIDENCE = 8000
-MAX_EVENT_TYPE = 100
-MAX_TTL_DAYS = 36500.0
-MAX_PAGE = 200
 # Standard Webhooks refuse timestamps older than 5 minutes; ids are kept twice that.
 REPLAY_TOLERANCE_SECONDS = 300
-
-
-def validate_kind(kind: Any, *, field: str = "kind") -> str:
-    if kind not in trust.KINDS:
-        raise Invalid(f"{field} must be one of {', '.join(trust.KINDS)}", code="invalid_kind")
-    return kind
-
-
-def validate_text(value: Any, field: str, limit: int, *, required: bool = True) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise Invalid(f"{field} must be a non-empty string", code="invalid_field")
-    if len(value) > limit:
-        raise Invalid(f"{field} is longer than {limit} characters", code="invalid_field")
-    if "\x00" in value:
-        raise Invalid(f"{field} must not contain NUL characters", code="invalid_field")
-    return value
 
 
 def encode_cursor(seq: int) -> str:
@@ -187,28 +175,22 @@ class Knowledge:
     async def learn(
         self,
         principal: Principal,
-        kind: Any,
-        statement: Any,
-        evidence: Any = None,
+        kind: str,
+        statement: str,
+        evidence: str | None = None,
         *,
-        ttl_days: Any = None,
+        ttl_days: float | None = None,
         expires_at: float | None = None,
     ) -> tuple[Entry, bool]:
-        """Write a candidate, always.  Returns (entry, duplicate)."""
+        """Write a candidate, always.  Returns (entry, duplicate).  The
+        arguments are checked here whatever their annotations say: the doors
+        pass what the client sent."""
         require(principal, "learn")
-        kind = validate_kind(kind)
-        statement = validate_text(statement, "statement", MAX_STATEMENT)
-        evidence = validate_text(evidence, "evidence", MAX_EVIDENCE, required=False)
-        assert statement is not None
+        checked_kind = validate_kind(kind)
+        checked_statement = validate_text(statement, "statement", MAX_STATEMENT)
+        checked_evidence = optional_text(evidence, "evidence", MAX_EVIDENCE)
         now = self.clock.now()
-        if ttl_days is not None and expires_at is not None:
-            raise Invalid("give ttl_days or expires_at, not both", code="invalid_field")
-        if ttl_days is not None:
-            if isinstance(ttl_days, bool) or not isinstance(ttl_days, (int, float)) or not (0 < ttl_days <= MAX_TTL_DAYS):
-                raise Invalid(f"ttl_days must be a number of days above 0 and at most {MAX_TTL_DAYS:g}", code="invalid_field")
-            expires_at = now + float(ttl_days) * DAY
-        elif expires_at is not None and expires_at <= now:
-            raise Invalid("expires_at must be in the future", code="invalid_field")
+        expires_at = validate_expiry(ttl_days, expires_at, now)
         project = principal.project
 
         async def unit(q: Queries) -> tuple[Entry, bool]:
@@ -221,9 +203,9 @@ class Knowledge:
                 q,
                 project,
                 author=principal.name,
-                kind=kind,
-                statement=statement,
-                evidence=evidence,
+                kind=checked_kind,
+                statement=checked_statement,
+                evidence=checked_evidence,
                 via="learn",
                 expires_at=expires_at,
                 now=now,
@@ -251,12 +233,10 @@ class Knowledge:
         cursor: str | None = None,
         text: str | None = None,
     ) -> tuple[list[Entry], str | None]:
-        if state is not None and state not in trust.STATES:
-            raise Invalid(f"state must be one of {', '.join(trust.STATES)}", code="invalid_state")
+        validate_state(state)
         if kind is not None:
             validate_kind(kind)
-        if not 1 <= limit <= MAX_PAGE:
-            raise Invalid(f"limit must be between 1 and {MAX_PAGE}", code="invalid_limit")
+        validate_page_limit(limit)
         before = decode_cursor(cursor)
         now = self.clock.now()
         visible_to = None if principal.is_owner else principal.name
@@ -307,7 +287,7 @@ class Knowledge:
             self.metrics.promotions.labels("owner").inc()
         return confirmed
 
-    async def refute(self, principal: Principal, entry_id: str, reason: Any) -> Entry:
+    async def refute(self, principal: Principal, entry_id: str, reason: str) -> Entry:
         require(principal, "refute")
         reason = validate_text(reason, "reason", MAX_EVIDENCE)
         project = principal.project
@@ -325,7 +305,7 @@ class Knowledge:
 
     # -- agents' events -------------------------------------------------------
 
-    async def post_event(self, principal: Principal, type_: Any, detail: Any) -> tuple[str, str]:
+    async def post_event(self, principal: Principal, type_: str, detail: dict[str, Any]) -> tuple[str, str]:
         require(principal, "post_event")
         type_ = validate_text(type_, "type", MAX_EVENT_TYPE)
         if not isinstance(detail, dict):

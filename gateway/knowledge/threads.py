@@ -32,7 +32,8 @@ from gateway.core.errors import Invalid, RateLimited
 from gateway.knowledge.extraction import extract
 from gateway.core.ids import new_id
 from gateway.knowledge.permissions import require
-from gateway.knowledge.service import Knowledge, over_budget, validate_text, write_candidate
+from gateway.knowledge.inputs import validate_text
+from gateway.knowledge.service import Knowledge, over_budget, write_candidate
 from gateway.knowledge.model import Principal
 from gateway.store.base import Driver
 from gateway.store.queries import Queries

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable
+from typing import Iterable, Literal, get_args
 
 from gateway.core.clock import DAY, HOUR
 
-KINDS = ("fact", "convention", "pitfall", "decision")
+Kind = Literal["fact", "convention", "pitfall", "decision"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
 STATES = ("candidate", "trusted", "contradicted", "retired")
 CREATED_VIA = ("learn", "extraction", "reflection")
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from gateway.core.clock import to_rfc3339
 from gateway.core.errors import GatewayError
 from gateway.knowledge.permissions import require
-from gateway.knowledge.service import MAX_EVIDENCE, MAX_STATEMENT
+from gateway.knowledge.inputs import MAX_EVIDENCE, MAX_STATEMENT
 from gateway.knowledge.model import Entry, Principal
 from gateway.recall.service import DEFAULT_LIMIT, MAX_LIMIT
 from gateway.recall.search import MAX_QUERY_CHARS

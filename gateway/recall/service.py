@@ -21,7 +21,8 @@ from typing import Any, Callable
 from gateway.core.clock import HOUR, Clock
 from gateway.core.errors import Invalid, NotFound
 from gateway.core.ids import new_id
-from gateway.knowledge.service import WriteLimits, over_budget, validate_kind
+from gateway.knowledge.inputs import validate_kind
+from gateway.knowledge.service import WriteLimits, over_budget
 from gateway.knowledge.model import Entry, Principal
 from gateway.recall.search import MAX_QUERY_CHARS
 from gateway.store.base import Driver, read_then_write

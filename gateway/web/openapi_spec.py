@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway import __version__
 from gateway.accounts.service import SETTING_RULES
-from gateway.knowledge.service import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
+from gateway.knowledge.inputs import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
 from gateway.recall.learning import MAX_DAYS
 from gateway.knowledge.proposals import PROPOSAL_STATES
 from gateway.recall.service import MAX_LIMIT as MAX_RECALL
