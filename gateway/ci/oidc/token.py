@@ -8,23 +8,25 @@ header or payload not a JSON object, an algorithm off the allow-list
 trusted.  Headers such as `jku`, `x5u`, `jwk`, `x5c` are never read: keys
 come only from the issuer's discovery document.
 
-`decode` verifies with PyJWT, every option written out, then checks the
-time claims against the hub's clock (PyJWT reads the wall clock, which tests
-and the store's notion of "now" do not share) with the same 60 s leeway.
+`decode` verifies with PyJWT's public API only (`jwt.PyJWT().decode`, every
+option written out), so that a PyJWT release cannot change what is checked
+without its documented interface changing too; it then checks the time
+claims against the hub's clock (PyJWT reads the wall clock, which tests and
+the store's notion of "now" do not share) with the same 60 s leeway.  PyJWT
+splits and parses the token again after `peek`: that second parse is the
+price of not reaching into its internals (bench/README.md has the figure).
 """
 
 from __future__ import annotations
 
 import binascii
 import math
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
 from jwt import PyJWK
 from jwt import exceptions as jwt_errors
-from jwt.api_jws import PyJWS
 
 from gateway.core import jsonio
 from gateway.core.errors import GatewayError, Unauthorized
@@ -41,11 +43,11 @@ class Peeked:
     issuer: str
     kid: str
     alg: str
-    # What peeking already decoded and validated (PyJWS's split of the token:
-    # payload bytes, signing input, header, signature bytes) and the claims,
-    # so that PyJWT does not decode and parse the same bytes again.
+    # The token peeked, its header and its claims as `jsonio` reads them:
+    # `decode` returns these claims once PyJWT has verified that very token
+    # (see there why).
     token: str = field(repr=False)
-    parts: tuple[bytes, bytes, dict[str, Any], bytes] = field(repr=False)
+    header: dict[str, Any] = field(repr=False)
     claims: dict[str, Any] = field(repr=False)
 
 
@@ -112,57 +114,38 @@ def peek(token: str) -> Peeked:
     kid = header.get("kid")
     if not isinstance(kid, str) or not 0 < len(kid) <= 256:
         raise Unauthorized("the token header carries no usable kid (key id)", code="unknown_kid")
-    signature_raw = _segment_bytes(parts[2], "signature")
-    payload_raw, claims = _segment_json(parts[1], "payload")
+    _segment_bytes(parts[2], "signature")
+    _, claims = _segment_json(parts[1], "payload")
     issuer = claims.get("iss")
     if issuer is None:
         raise Unauthorized("the token has no iss claim", code="missing_claim", extra={"claim": "iss"})
     if not isinstance(issuer, str) or not 0 < len(issuer) <= 512:
         raise _malformed("iss is not a string")
-    signing_input = f"{parts[0]}.{parts[1]}".encode("ascii")
-    return Peeked(issuer=issuer, kid=kid, alg=alg, token=token,
-                  parts=(payload_raw, signing_input, header, signature_raw), claims=claims)
+    return Peeked(issuer=issuer, kid=kid, alg=alg, token=token, header=header, claims=claims)
 
 
-_HINT = threading.local()
-
-
-class _PeekedJWS(PyJWS):
-    """PyJWS that takes the split and decoded token from `peek` (which
-    applies PyJWT's base64url and JSON rules, and stricter ones) instead of
-    splitting and decoding it a second time; everything after the split
-    (header checks, the algorithm allow-list, the signature) is PyJWS's own.
-    Without a hint for this very token it is stock PyJWS."""
-
-    def _load(self, jwt: str | bytes) -> tuple[bytes, bytes, dict[str, Any], bytes]:
-        hint = getattr(_HINT, "peeked", None)
-        if hint is not None and jwt is hint[0]:
-            return hint[1].parts
-        return super()._load(jwt)
-
-
-class _PeekedJWT(jwt.PyJWT):
-    """PyJWT whose claims are the ones `peek` parsed, when the payload is
-    exactly the bytes `peek` returned; the claim checks are PyJWT's own."""
-
-    def _decode_payload(self, decoded: dict[str, Any]) -> dict[str, Any]:
-        hint = getattr(_HINT, "peeked", None)
-        if hint is not None and decoded["payload"] is hint[1].parts[0]:
-            return hint[1].claims
-        return super()._decode_payload(decoded)
-
-
-_VERIFIER = _PeekedJWT()
-_VERIFIER._jws = _PeekedJWS(options=_VERIFIER._get_sig_options())
+# One instance for every token: options are passed per call, so it holds no
+# per-token state and is safe to share between threads.
+_VERIFIER = jwt.PyJWT()
+_JWS = jwt.PyJWS()
 
 
 def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, peeked: Peeked | None = None
            ) -> dict[str, Any]:
-    """Verify signature and claims; return the verified claims."""
-    if peeked is not None and peeked.token == token:  # a hint for another token is no hint
-        _HINT.peeked = (token, peeked)
+    """Verify signature and claims; return the verified claims.
+
+    The claims returned are the ones `peek` read with `jsonio`, as every
+    JSON on the request path is read, once PyJWT has verified this very
+    token: the two readers differ only on an integer past 64 bits (orjson
+    reads a float, `json` an int), which must not start to satisfy an id
+    binding because the verifier changed.  PyJWT's checks come out the same
+    on either reading: they test presence and strings."""
+    if peeked is None or peeked.token != token:  # a peek of another token says nothing about this one
+        peeked = peek(token)
     try:
-        claims: dict[str, Any] = _VERIFIER.decode(
+        if peeked.header.get("b64", True) is False:
+            _refuse_unencoded_payload(token, key)
+        _VERIFIER.decode(
             token,
             key=key,
             algorithms=list(ALGORITHMS),
@@ -183,14 +166,16 @@ def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, pe
                 "verify_iat": False,
                 "verify_sub": True,
                 "verify_jti": True,
+                # PyJWT's default, written out: a short issuer key is a
+                # warning in the log, not a refusal.
+                "enforce_minimum_key_length": False,
             },
         )
     except jwt_errors.PyJWTError as exc:
         raise _refusal(exc, audience) from None
     except (TypeError, ValueError, OverflowError, RecursionError):
         raise _malformed("its claims could not be read") from None
-    finally:
-        _HINT.peeked = None
+    claims = peeked.claims
     aud = claims.get("aud")
     if isinstance(aud, list) and any(item != audience for item in aud):
         raise Unauthorized(
@@ -202,6 +187,21 @@ def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, pe
     if not isinstance(jti, str) or not 0 < len(jti) <= 256:
         raise Unauthorized("jti must be a string of 1 to 256 characters", code="invalid_claim", extra={"claim": "jti"})
     return claims
+
+
+def _refuse_unencoded_payload(token: str, key: PyJWK) -> None:
+    """Refuse a header with `"b64": false` (RFC 7797) for PyJWT's own reason.
+
+    `peek` wants the payload inline, PyJWT wants that form's payload segment
+    empty, so such a token never verifies; but which PyJWT rule it breaks
+    first (a bad or missing `crit`: invalid_token; else no detached payload:
+    malformed_token) is what the caller has always been told.  PyJWS is
+    handed the token in that form, with no detached payload: it raises on
+    every path, before any signature work."""
+    head, _, signature = token.split(".")
+    _JWS.decode_complete(f"{head}..{signature}", key=key, algorithms=list(ALGORITHMS),
+                         options={"verify_signature": True, "enforce_minimum_key_length": False})
+    raise jwt_errors.DecodeError("a payload without base64url encoding is never a CI token")
 
 
 def _number(claims: dict[str, Any], name: str) -> float | None:

@@ -73,7 +73,7 @@ def test_decoding_matches_stock_pyjwt(running_issuer: OidcIssuer) -> None:
     stock = jwt.decode(token, PyJWK(running_issuer.key("RS256").public_jwk()), algorithms=["RS256"], audience="relayroom",
                        issuer=running_issuer.url)
     assert ours == stock
-    assert jwt_token._HINT.peeked is None  # nothing left behind
+    assert type(jwt_token._VERIFIER) is jwt.PyJWT and type(jwt_token._JWS) is jwt.PyJWS  # PyJWT's public API, no overrides
 
 
 def test_es256_tokens_verify(running_issuer: OidcIssuer) -> None:
@@ -104,7 +104,7 @@ def test_an_audience_list_holding_only_ours_is_accepted(running_issuer: OidcIssu
     assert verify(running_issuer, running_issuer.github_token(now, aud=["relayroom"]), now)["aud"] == ["relayroom"]
 
 
-def test_a_hint_for_another_token_is_ignored(running_issuer: OidcIssuer) -> None:
+def test_a_peek_of_another_token_is_ignored(running_issuer: OidcIssuer) -> None:
     now = time.time()
     good = running_issuer.github_token(now)
     forged = running_issuer.github_token(now, repository_id="999")[:-8] + "AAAAAAAA"
@@ -117,11 +117,36 @@ def test_a_hint_for_another_token_is_ignored(running_issuer: OidcIssuer) -> None
     assert unhinted == verify(running_issuer, good, now)
 
 
-def test_a_refused_decode_leaves_no_hint(running_issuer: OidcIssuer) -> None:
+def test_a_refused_decode_leaves_nothing_behind(running_issuer: OidcIssuer) -> None:
     now = time.time()
     with pytest.raises(Unauthorized):
         verify(running_issuer, running_issuer.github_token(now, aud="other"), now)
-    assert jwt_token._HINT.peeked is None
+    assert verify(running_issuer, running_issuer.github_token(now), now)["aud"] == "relayroom"
+
+
+@pytest.mark.parametrize("extra,code", [
+    ({"b64": False}, "invalid_token"),  # b64 without crit
+    ({"b64": False, "crit": ["b64", "x"]}, "invalid_token"),
+    ({"b64": False, "crit": "b64"}, "invalid_token"),
+    ({"b64": False, "crit": ["b64"]}, "malformed_token"),  # well formed, but no payload travels beside a CI token
+])
+def test_an_unencoded_payload_header_is_refused_for_pyjwts_reason(running_issuer: OidcIssuer, extra: dict[str, Any],
+                                                                   code: str) -> None:
+    import base64
+    import json
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    now = time.time()
+    key = running_issuer.key("RS256")
+    # Built by hand: jwt.encode would rewrite such a header (and drop the payload).
+    signing_input = b64(json.dumps({"alg": "RS256", "kid": key.kid, **extra}).encode()) + "." + \
+        b64(json.dumps(running_issuer.github_claims(now)).encode())
+    token = signing_input + "." + b64(jwt.get_algorithm_by_name("RS256").sign(signing_input.encode(), key.private))
+    with pytest.raises(Unauthorized) as refused:
+        verify(running_issuer, token, now)
+    assert refused.value.code == code
 
 
 def test_padding_is_refused_before_any_work() -> None:
