@@ -13,9 +13,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.core.clock import parse_rfc3339, to_rfc3339
+from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Invalid
 from gateway.knowledge.permissions import require
-from gateway.knowledge.service import decode_cursor, encode_cursor
 from gateway.web.inputs import bearer, json_body, principal_for, query_int, query_str, raw_body
 from gateway.web.responses import JSONResponse
 
