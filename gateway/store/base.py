@@ -2,8 +2,9 @@
 
 A backend hands out transactions (`Tx`): three ways to run SQL written once
 with `?` placeholders, plus the few statements that differ by dialect
-(full-text search, row locks).  `Queries` (queries.py) holds all the SQL and is
-the only thing the core talks to; it never sees which backend it runs on.
+(full-text search, row locks; see dialect.py).  `Queries` (the queries/
+package, one module per domain) holds all the SQL and is the only thing the
+core talks to; it never sees which backend it runs on.
 
     write(unit)  runs `await unit(queries)` in one durable transaction and
                  returns its result only after the commit; an exception raised

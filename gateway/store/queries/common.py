@@ -10,6 +10,7 @@ from typing import Any
 from gateway.core import jsonio
 from gateway.knowledge.model import Entry, Project, ProjectSettings
 from gateway.store.base import Tx
+from gateway.store.dialect import dialect_of
 from gateway.store.search_index import index_for
 
 
@@ -87,6 +88,7 @@ class QueryBase:
     def __init__(self, tx: Tx) -> None:
         self.tx = tx
         self.index = index_for(tx)
+        self.dialect = dialect_of(tx)
 
     async def serialize(self, key: str) -> None:
         """Hold a lock named `key` until this write transaction ends.
@@ -96,8 +98,8 @@ class QueryBase:
         count before either inserts, so they take an advisory transaction
         lock on the key first.  SQLite needs nothing: its writes are one at a
         time (`BEGIN IMMEDIATE`), across processes too."""
-        if self.tx.dialect == "postgres":
-            await self.tx.one("SELECT pg_advisory_xact_lock(hashtextextended(?, 0)) AS locked", key)
+        if self.dialect.advisory_lock is not None:
+            await self.tx.one(self.dialect.advisory_lock, key)
 
     async def _count_since(self, lock: str | None, sql: str, *args: Any) -> tuple[int, float | None]:
         """`sql`'s count `n` and its `oldest` time, with the lock named `lock`

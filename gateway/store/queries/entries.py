@@ -40,8 +40,8 @@ class EntryQueries(QueryBase):
             f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
             "WHERE e.project_id = ? AND e.id = ?"
         )
-        if for_update and self.tx.dialect == "postgres":
-            sql += " FOR UPDATE OF e"
+        if for_update:
+            sql += self.dialect.lock_rows(of="e")
         row = await self.tx.one(sql, project_id, entry_id)
         if row is None:
             return None
@@ -200,7 +200,7 @@ class EntryQueries(QueryBase):
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
             "WHERE e.state IN ('candidate', 'trusted') AND e.expires_at IS NOT NULL AND e.expires_at <= ? "
-            "ORDER BY e.seq LIMIT ?" + (" FOR UPDATE OF e SKIP LOCKED" if self.tx.dialect == "postgres" else ""),
+            "ORDER BY e.seq LIMIT ?" + self.dialect.lock_rows(of="e", skip_locked=True),
             now,
             limit,
         )

@@ -10,13 +10,6 @@ from gateway.store.queries.common import ENTRY_COLUMNS, STATE_FILTERS, QueryBase
 
 
 class LearningQueries(QueryBase):
-    def _day(self, column: str) -> str:
-        """The UTC day number of an epoch column (moments are never negative,
-        so SQLite's truncating CAST is a floor; PostgreSQL's CAST rounds)."""
-        if self.tx.dialect == "postgres":
-            return f"CAST(FLOOR({column} / 86400) AS BIGINT)"
-        return f"CAST({column} / 86400 AS INTEGER)"
-
     async def count_trusted(self, project_id: int, now: float) -> int:
         row = await self.tx.one(
             f"SELECT COUNT(*) AS n FROM entries e WHERE e.project_id = ? AND {STATE_FILTERS['trusted']}",
@@ -31,7 +24,7 @@ class LearningQueries(QueryBase):
         "Used" counts (principal, UTC day) pairs, not calls: a principal
         reporting one entry used a hundred times in a day is one use, so
         repeating itself buys a token no rank (docs/security.md, Limits)."""
-        day = self._day("ru.at")
+        day = self.dialect.utc_day("ru.at")
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS}, COALESCE(u.n, 0) AS uses FROM entries e "
             "JOIN projects p ON p.id = e.project_id "
@@ -50,7 +43,7 @@ class LearningQueries(QueryBase):
 
     async def recall_days(self, project_id: int, since: float) -> list[dict[str, Any]]:
         """Per UTC day since `since`: recalls made and entries they returned."""
-        day = self._day("at")
+        day = self.dialect.utc_day("at")
         return await self.tx.all(
             f"SELECT {day} AS day, COUNT(*) AS recalls, CAST(COALESCE(SUM(returned), 0) AS BIGINT) AS returned "
             f"FROM recalls WHERE project_id = ? AND at >= ? GROUP BY {day} ORDER BY 1",
@@ -60,7 +53,7 @@ class LearningQueries(QueryBase):
 
     async def use_days(self, project_id: int, since: float) -> list[dict[str, Any]]:
         """Per UTC day of the recall: returned entries reported used."""
-        day = self._day("r.at")
+        day = self.dialect.utc_day("r.at")
         return await self.tx.all(
             f"SELECT {day} AS day, COUNT(*) AS used, COUNT(DISTINCT ru.recall_seq) AS recalls_with_use "
             "FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "

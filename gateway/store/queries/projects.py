@@ -15,8 +15,8 @@ class ProjectQueries(QueryBase):
 
     async def project_by_id(self, project_id: int, *, for_update: bool = False) -> Project | None:
         sql = "SELECT * FROM projects WHERE id = ?"
-        if for_update and self.tx.dialect == "postgres":
-            sql += " FOR UPDATE"
+        if for_update:
+            sql += self.dialect.lock_rows()
         row = await self.tx.one(sql, project_id)
         return _project(row) if row else None
 

@@ -35,8 +35,8 @@ class ProposalQueries(QueryBase):
 
     async def proposal(self, project_id: int, proposal_id: str, *, for_update: bool = False) -> dict[str, Any] | None:
         sql = "SELECT * FROM proposals WHERE project_id = ? AND id = ?"
-        if for_update and self.tx.dialect == "postgres":
-            sql += " FOR UPDATE"
+        if for_update:
+            sql += self.dialect.lock_rows()
         return await self.tx.one(sql, project_id, proposal_id)
 
     async def list_proposals(

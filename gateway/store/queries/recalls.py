@@ -9,7 +9,7 @@ from gateway.store.queries.common import ENTRY_COLUMNS, _entry, _load
 from gateway.store.queries.entries import EntryQueries
 
 
-# PostgreSQL only: the entries a recall returns, each with its supports and
+# Where arrays bind (PostgreSQL): the entries a recall returns, each with its supports and
 # contradictions as arrays of rows (see `Queries._recalled_entries`).
 RECALLED_ENTRIES = (
     f"SELECT {ENTRY_COLUMNS}, "
@@ -19,7 +19,7 @@ RECALLED_ENTRIES = (
     "FROM contradictions c WHERE c.entry_seq = e.seq) AS contradictions "
     "FROM entries e JOIN projects p ON p.id = e.project_id WHERE e.seq = ANY(CAST(? AS BIGINT[]))"
 )
-# PostgreSQL only: a recall and its results in one statement (the results
+# Where arrays bind (PostgreSQL): a recall and its results in one statement (the results
 # row by row from three arrays; none for a recall that found nothing).
 INSERT_RECALL = (
     "WITH r AS (INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
@@ -36,13 +36,13 @@ class RecallQueries(EntryQueries):
     ) -> list[tuple[Entry, float]]:
         hits = await self.index.search(project_id, query, kind, limit, now)
         seqs = [seq for seq, _ in hits]
-        found = await (self._recalled_entries(seqs) if self.tx.dialect == "postgres" else self.entries_by_seqs(seqs))
+        found = await (self._recalled_entries(seqs) if self.dialect.array_params else self.entries_by_seqs(seqs))
         # Defence in depth: the index holds trusted entries only, but recall
         # is the gate's door, so the entry's own state has the last word.
         return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
 
     async def _recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
-        """`entries_by_seqs` in one statement (PostgreSQL): the rows, their
+        """`entries_by_seqs` in one statement (arrays bind, PostgreSQL): the rows, their
         supports and contradictions (each in id order, as `attach` reads
         them), one SQL text whatever the number of entries."""
         if not seqs:
@@ -72,7 +72,7 @@ class RecallQueries(EntryQueries):
         results: list[tuple[Entry, float]],
         now: float,
     ) -> None:
-        if self.tx.dialect == "postgres":
+        if self.dialect.array_params:
             # One statement, one SQL text: the recall and its results.
             await self.tx.run(
                 INSERT_RECALL,
