@@ -17,11 +17,8 @@ from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Conflict, Invalid, NotFound
 from gateway.core.ids import new_id
-from gateway.knowledge.service import (
-    WriteLimits,
-    candidate_refusal,
-    write_candidate,
-)
+from gateway.knowledge.candidates import write_candidate
+from gateway.knowledge.service import WriteLimits, candidate_refusal
 from gateway.knowledge.inputs import MAX_EVIDENCE, MAX_STATEMENT, validate_kind, validate_page_limit, validate_text
 from gateway.knowledge.model import Entry, Principal
 from gateway.knowledge.permissions import require

@@ -16,6 +16,7 @@ from gateway.core.clock import HOUR, Clock, to_rfc3339
 from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Conflict, Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
+from gateway.knowledge.candidates import write_candidate
 from gateway.knowledge.model import ContradictionRecord, Entry, Principal, Project, Support
 from gateway.knowledge.inputs import (
     MAX_EVENT_TYPE,
@@ -74,55 +75,6 @@ async def candidate_refusal(q: Queries, project_id: int, principal: str, limit: 
     candidates by every path, counted under the budget lock), else None."""
     count, oldest = await q.count_candidates_since(project_id, principal, now - HOUR)
     return over_budget("candidates", principal, limit, count, oldest, now)
-
-
-async def write_candidate(
-    q: Queries,
-    project: Project,
-    *,
-    author: str,
-    kind: str,
-    statement: str,
-    evidence: str | None,
-    via: str,
-    now: float,
-    expires_at: float | None = None,
-    provenance: dict[str, Any] | None = None,
-    before_insert: Any = None,
-) -> tuple[Entry, bool]:
-    """The one way an entry comes into being: as a candidate, with its `learn`
-    audit row, unless `author` can already see a live entry saying the same
-    thing (then that entry is returned with duplicate=True).  Learn,
-    extraction and approved reflections all come through here."""
-    norm = trust.normalise_statement(statement)
-    existing = await q.live_duplicate(project.id, norm, author, now)
-    if existing is not None:
-        return existing, True
-    if before_insert is not None:
-        await before_insert()
-    entry = Entry(
-        seq=0,
-        id=new_id("kn"),
-        project_id=project.id,
-        project_slug=project.slug,
-        kind=kind,
-        statement=statement,
-        evidence=evidence,
-        state="candidate",  # every path in is a candidate, by design
-        created_at=now,
-        created_by=author,
-        created_via=via,
-        expires_at=expires_at,
-        promoted_at=None,
-        promoted_by=None,
-        provenance=provenance,
-    )
-    stored = await q.insert_entry(entry, norm)
-    detail: dict[str, Any] = {"kind": kind, "via": via}
-    if provenance and "proposal_id" in provenance:
-        detail["proposal_id"] = provenance["proposal_id"]
-    await q.audit(project.id, now, "learn", stored.id, author, detail)
-    return stored, False
 
 
 class Knowledge:

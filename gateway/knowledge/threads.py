@@ -2,7 +2,7 @@
 
 Posting a message stores it and, in the same transaction, writes every
 statement `gateway.knowledge.extraction` finds as a candidate through
-`knowledge.write_candidate` (the one door every new entry goes through:
+`candidates.write_candidate` (the one door every new entry goes through:
 `created_via: extraction`, the thread and message as provenance).
 Extraction never makes anything trusted.
 
@@ -33,7 +33,8 @@ from gateway.knowledge.extraction import extract
 from gateway.core.ids import new_id
 from gateway.knowledge.permissions import require
 from gateway.knowledge.inputs import validate_text
-from gateway.knowledge.service import Knowledge, over_budget, write_candidate
+from gateway.knowledge.candidates import write_candidate
+from gateway.knowledge.service import Knowledge, over_budget
 from gateway.knowledge.model import Principal
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
