@@ -143,7 +143,7 @@ def test_support_promotes_only_candidates_with_k_and_no_live_contradiction(
     facts = EntryFacts(state, issuers=issuers, contradictions=contradictions)
     decision = trust.on_support(facts, TrustSettings(k_distinct_issuers=k), NOW)
     promoted = decision.verdict is Verdict.PROMOTE
-    expected = state == "candidate" and len(issuers) >= k and all(a > 30 for a in ages)
+    expected = state == "candidate" and len(issuers) >= k and all(a >= 30 for a in ages)  # a contradiction ends at its until: the window is [at, until)
     assert promoted == expected
 
 
