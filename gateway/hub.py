@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from gateway.accounts.service import Accounts
+from gateway.ci import replay
 from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.ci.intake import AttestationIntake
 from gateway.ci.oidc.fetch import JsonFetcher
@@ -110,10 +111,19 @@ class Hub:
     def add_task(self, coro: Any, name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
+    async def sweep(self) -> int:
+        """One round of housekeeping: retire expired entries, then forget the
+        CI replay records that can no longer matter.  Returns how many entries
+        were retired.  Two services, one round: knowledge may not import the
+        CI side whose tolerance decides the pruning."""
+        retired = await self.knowledge.sweep()
+        await replay.prune(self.driver, self.clock.now())
+        return retired
+
     async def _sweep_loop(self) -> None:
         while True:
             try:
-                retired = await self.knowledge.sweep()
+                retired = await self.sweep()
                 if retired:
                     log.info("sweep retired %d expired entries", retired)
             except Exception:  # the sweep retries next round; recall already hides expired entries

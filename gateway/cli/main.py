@@ -117,7 +117,7 @@ async def _token_revoke(hub: Any, args: argparse.Namespace) -> int:
 
 
 async def _sweep(hub: Any, args: argparse.Namespace) -> int:
-    retired = await hub.knowledge.sweep()
+    retired = await hub.sweep()
     print(retired)
     return 0
 

@@ -33,10 +33,6 @@ from gateway.knowledge.permissions import require
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
 
-# Standard Webhooks refuse timestamps older than 5 minutes; ids are kept twice that.
-REPLAY_TOLERANCE_SECONDS = 300
-
-
 @dataclass(frozen=True)
 class SupportOutcome:
     entry_id: str
@@ -296,9 +292,10 @@ class Knowledge:
     # -- expiry ---------------------------------------------------------------
 
     async def sweep(self) -> int:
-        """Write down `retired` for every entry whose expiry has passed, and
-        drop replay records that can no longer matter.  Returns how many
-        entries were retired."""
+        """Write down `retired` for every entry whose expiry has passed.
+        Returns how many entries were retired.  (The CI side's replay
+        records are pruned by `gateway.ci.replay`, which the hub's sweep
+        runs next to this.)"""
         total = 0
         while True:
             now = self.clock.now()
@@ -315,8 +312,6 @@ class Knowledge:
             total += done
             if done == 0:
                 break
-        now = self.clock.now()
-        await self.driver.write(lambda q: q.prune_replay_records(now, now - 2 * REPLAY_TOLERANCE_SECONDS))
         return total
 
     # -- helpers --------------------------------------------------------------

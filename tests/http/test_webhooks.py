@@ -180,7 +180,7 @@ async def test_sweep_forgets_only_what_can_no_longer_be_replayed(hub: Any) -> No
         assert await q.reserve_delivery("oidc:gh:acme", "run:1:1", now - 10 * 86400)
 
     await hub.driver.write(seed)
-    await hub.knowledge.sweep()
+    await hub.sweep()
     rows = await hub.driver.read(lambda q: q.tx.all("SELECT jti FROM seen_tokens ORDER BY jti"))
     assert [r["jti"] for r in rows] == ["live"]
     keys = await hub.driver.read(lambda q: q.tx.all("SELECT delivery_key FROM webhook_deliveries ORDER BY delivery_key"))
