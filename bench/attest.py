@@ -181,7 +181,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     args = parser.parse_args()
 
-    from tests.oidc_issuer import OidcIssuer
+    from tests.support.oidc_issuer import OidcIssuer
 
     work = Path(tempfile.mkdtemp(prefix="relayroom-bench-"))
     folder = work / "checkmaps"

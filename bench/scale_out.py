@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    from tests.oidc_issuer import OidcIssuer
+    from tests.support.oidc_issuer import OidcIssuer
 
     print(f"store: {backend()}; {os.cpu_count()} CPUs", file=sys.stderr)
     rows = []

@@ -8,7 +8,7 @@ and mapped back on import.
 
 `TABLES` names every column that moves; `HUB_TABLES` the tables that belong
 to the hub rather than to a project; `DERIVED_TABLES` those rebuilt from the
-entries on the target.  `tests/test_transfer.py` checks the two
+entries on the target.  `tests/unit/knowledge/test_transfer.py` checks the two
 lists against the live schema, so a column added later cannot be silently
 left behind by an export.
 """

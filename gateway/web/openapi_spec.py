@@ -2,7 +2,7 @@
 
 Each operation names its level, its body schema and its query parameters;
 the error responses are the same body everywhere.  schemathesis fuzzes the
-gateway from this document (tests/test_fuzz_api.py), so a route missing here
+gateway from this document (tests/http/test_fuzz_api.py), so a route missing here
 is a route not fuzzed.
 """
 
