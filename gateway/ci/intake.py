@@ -33,7 +33,7 @@ from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFou
 from gateway.core.ids import new_id
 from gateway.knowledge.model import Support
 from gateway.ci.oidc import github, workflows
-from gateway.ci.oidc.claims import Refusal
+from gateway.ci.oidc.claims import Refusal, object_id
 from gateway.ci.oidc.token import LEEWAY_SECONDS
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.ci.oidc.workflows import WorkflowRef
@@ -133,7 +133,7 @@ class AttestationIntake:
                            "webhook_secret_env on a github-actions binding)", code="not_found")
         payload = _json_object(raw)
         repository = payload.get("repository") if payload else None
-        repo_id = _id_of(repository)
+        repo_id = object_id(repository)
         host = delivery_host(headers)
         candidates = list(snapshot.github_repositories.get((host, repo_id), ())) if repo_id else []
         signature = headers.get("x-hub-signature-256")
@@ -225,7 +225,7 @@ class AttestationIntake:
                             ) -> tuple[int, dict[str, Any]]:
         repository = payload["repository"]
         full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
-        run_id, attempt = _id_of(run), _id_of({"id": run.get("run_attempt")})
+        run_id, attempt = object_id(run), object_id({"id": run.get("run_attempt")})
         name, conclusion = run.get("name"), run.get("conclusion")
         if run_id is None or attempt is None or not isinstance(name, str) or not isinstance(conclusion, str):
             return 200, {"event": "workflow_run", "recorded": False, "reason": "incomplete_workflow_run"}
@@ -417,16 +417,6 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
-
-
-def _id_of(value: Any) -> str | None:
-    """The numeric `id` of a webhook object as a string."""
-    if not isinstance(value, dict):
-        return None
-    raw = value.get("id")
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        return None
-    return str(raw)
 
 
 def _reveal(secret: Any) -> str | None:

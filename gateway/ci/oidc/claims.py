@@ -120,3 +120,14 @@ def ref_listed(refs: tuple[str, ...] | None, ref: str | None) -> bool:
     if refs is None or ref is None:
         return False
     return "*" in refs or ref in refs
+
+
+def object_id(value: Any) -> str | None:
+    """The numeric `id` of a webhook object as a string (bools and negatives never):
+    how a `workflow_run` payload names repositories and owners."""
+    if not isinstance(value, dict):
+        return None
+    raw = value.get("id")
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        return None
+    return str(raw)

@@ -29,6 +29,7 @@ from gateway.ci.oidc.claims import (
     mismatch,
     mismatched,
     not_bound,
+    object_id,
     ref_listed,
     ref_type_fits,
     shown,
@@ -91,8 +92,8 @@ def run_from_workflow_run(payload: dict[str, Any], run: dict[str, Any]) -> RunFa
         ref_type=None,
         workflow=workflows.WorkflowRef(full_name, path if isinstance(path, str) else "", None) if full_name else None,
         home=full_name,
-        repository_id=_object_id(run.get("head_repository")),
-        repository_owner_id=_object_id(repository.get("owner")),
+        repository_id=object_id(run.get("head_repository")),
+        repository_owner_id=object_id(repository.get("owner")),
     )
 
 
@@ -141,13 +142,3 @@ def provenance(claims: dict[str, Any]) -> dict[str, Any]:
     out = {name: claims[name] for name in PROVENANCE if isinstance(claims.get(name), (str, int))}
     out["commit"] = claims.get("sha")
     return out
-
-
-def _object_id(value: Any) -> str | None:
-    """The numeric `id` of a webhook object as a string (bools and negatives never)."""
-    if not isinstance(value, dict):
-        return None
-    raw = value.get("id")
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        return None
-    return str(raw)
