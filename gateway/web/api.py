@@ -16,16 +16,13 @@ from gateway.core.clock import parse_rfc3339, to_rfc3339
 from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Invalid
 from gateway.knowledge.permissions import require
-from gateway.web.inputs import bearer, json_body, principal_for, query_int, query_str, raw_body
+from gateway.web.inputs import bearer, hub_of, json_body, principal_for, query_int, query_str, raw_body
 from gateway.web.responses import JSONResponse
 
 
-def _hub(request: Request) -> Any:
-    return request.app.state.hub
-
 
 def _now(request: Request) -> float:
-    return _hub(request).clock.now()
+    return hub_of(request).clock.now()
 
 
 async def create_entry(request: Request) -> Response:
@@ -38,7 +35,7 @@ async def create_entry(request: Request) -> Response:
             expires_at = parse_rfc3339(body["expires_at"])
         except (ValueError, TypeError, OverflowError):
             raise Invalid("expires_at must be an RFC 3339 timestamp such as 2026-12-31T00:00:00Z", code="invalid_field") from None
-    entry, duplicate = await _hub(request).knowledge.learn(
+    entry, duplicate = await hub_of(request).knowledge.learn(
         principal,
         body["kind"],
         body["statement"],
@@ -61,7 +58,7 @@ def created_entry(entry: Any, duplicate: bool, now: float) -> Response:
 
 async def list_entries(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    entries, next_cursor = await _hub(request).knowledge.list(
+    entries, next_cursor = await hub_of(request).knowledge.list(
         principal,
         state=query_str(request, "state", 20),
         kind=query_str(request, "kind", 20),
@@ -74,7 +71,7 @@ async def list_entries(request: Request) -> Response:
 
 async def get_entry(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    entry = await _hub(request).knowledge.get(principal, request.path_params["entry_id"])
+    entry = await hub_of(request).knowledge.get(principal, request.path_params["entry_id"])
     return JSONResponse(entry.to_json(_now(request)))
 
 
@@ -82,7 +79,7 @@ async def confirm_entry(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "confirm")
     await json_body(request, allow_empty=True)
-    entry = await _hub(request).knowledge.confirm(principal, request.path_params["entry_id"])
+    entry = await hub_of(request).knowledge.confirm(principal, request.path_params["entry_id"])
     return JSONResponse(entry.to_json(_now(request)))
 
 
@@ -90,7 +87,7 @@ async def refute_entry(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "refute")
     body = await json_body(request, required=("reason",))
-    entry = await _hub(request).knowledge.refute(principal, request.path_params["entry_id"], body["reason"])
+    entry = await hub_of(request).knowledge.refute(principal, request.path_params["entry_id"], body["reason"])
     return JSONResponse(entry.to_json(_now(request)))
 
 
@@ -98,7 +95,7 @@ async def post_event(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "post_event")
     body = await json_body(request, required=("type", "detail"))
-    event_id, effect = await _hub(request).knowledge.post_event(principal, body["type"], body["detail"])
+    event_id, effect = await hub_of(request).knowledge.post_event(principal, body["type"], body["detail"])
     return JSONResponse({"event_id": event_id, "effect": effect}, status_code=202)
 
 
@@ -111,7 +108,7 @@ def recall_entry_json(entry: Any, score: float, now: float) -> dict[str, Any]:
 async def recall(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     query = query_str(request, "q", 2000) or ""
-    recall_id, results = await _hub(request).recall.recall(
+    recall_id, results = await hub_of(request).recall.recall(
         principal,
         query,
         query_str(request, "kind", 20),
@@ -125,7 +122,7 @@ async def recall(request: Request) -> Response:
 async def recall_used(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     body = await json_body(request, required=("recall_id", "entry_id"))
-    await _hub(request).recall.used(principal, body["recall_id"], body["entry_id"])
+    await hub_of(request).recall.used(principal, body["recall_id"], body["entry_id"])
     return Response(status_code=204)
 
 
@@ -147,7 +144,7 @@ async def audit(request: Request) -> Response:
     require(principal, "read_audit")
     limit = query_int(request, "limit", 100, 1, 500)
     rows, next_cursor = await audit_page(
-        _hub(request),
+        hub_of(request),
         principal.project.id,
         entry_id=query_str(request, "entry", 100),
         action=query_str(request, "action", 40),
@@ -167,7 +164,7 @@ async def audit(request: Request) -> Response:
 
 async def settings(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    accounts = _hub(request).accounts
+    accounts = hub_of(request).accounts
     if request.method == "PATCH":
         require(principal, "change_settings")
         body = await json_body(
@@ -181,7 +178,7 @@ async def settings(request: Request) -> Response:
 
 async def playbook(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    accounts = _hub(request).accounts
+    accounts = hub_of(request).accounts
     if request.method == "PUT":
         require(principal, "edit_playbook")
         raw = await raw_body(request, 64 * 1024)
@@ -197,7 +194,7 @@ async def playbook(request: Request) -> Response:
 async def whoami(request: Request) -> Response:
     """Who a token is: its project, principal and level (for clients such as
     `relayroom recall` that hold only a token and need the project's path)."""
-    principal = await _hub(request).accounts.authenticate(bearer(request))
+    principal = await hub_of(request).accounts.authenticate(bearer(request))
     return JSONResponse({"project": principal.project.slug, "principal": principal.name, "level": principal.level})
 
 

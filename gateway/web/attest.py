@@ -19,12 +19,12 @@ from starlette.routing import Route
 
 from gateway.ci.intake import AttestationIntake, read_statement
 from gateway.core.errors import UnsupportedMedia
-from gateway.web.inputs import API_BODY_LIMIT, WEBHOOK_BODY_LIMIT, bearer, json_body, raw_body
+from gateway.web.inputs import API_BODY_LIMIT, WEBHOOK_BODY_LIMIT, bearer, hub_of, json_body, raw_body
 from gateway.web.responses import JSONResponse
 
 
 def _intake(request: Request) -> AttestationIntake:
-    return request.app.state.hub.intake
+    return hub_of(request).intake
 
 
 async def post_attestation(request: Request) -> Response:

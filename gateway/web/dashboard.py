@@ -34,7 +34,7 @@ from gateway.web.dashboard_base import (
 )
 from gateway.web.dashboard_review import routes as review_routes
 from gateway.web.html import STATIC_DIR, page
-from gateway.web.inputs import query_str
+from gateway.web.inputs import hub_of, query_str
 from gateway.web.session import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -59,15 +59,12 @@ DEFAULT_REFUTE_REASON = "refuted by the project owner in the dashboard"
 LOGIN_NONCE_SECONDS = 3600
 
 
-def _hub(request: Request) -> Any:
-    return request.app.state.hub
-
 
 # -- signing in and out ---------------------------------------------------------
 
 
 async def _login_page(request: Request, *, error: str | None = None, status: int = 200, notice: str | None = None) -> Response:
-    key = await signing_key(_hub(request))
+    key = await signing_key(hub_of(request))
     nonce = request.cookies.get(LOGIN_COOKIE)
     if not nonce or len(nonce) > 100:
         nonce = secrets.token_urlsafe(24)
@@ -91,7 +88,7 @@ async def login_form(request: Request) -> Response:
 
 @view
 async def login(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     fields = await form_fields(request)
     key = await signing_key(hub)
     if not csrf_ok(key, "login", request.cookies.get(LOGIN_COOKIE), fields.get("csrf_token")):
@@ -120,7 +117,7 @@ async def logout(request: Request) -> Response:
     session = await load_session(request)
     if request.method == "POST":
         fields = await form_fields(request)
-        if session is not None and not csrf_ok(await signing_key(_hub(request)), "form", session.nonce, fields.get("csrf_token")):
+        if session is not None and not csrf_ok(await signing_key(hub_of(request)), "form", session.nonce, fields.get("csrf_token")):
             raise Forbidden("this form is missing its CSRF token; reload the page and try again", code="csrf_failed")
     if session is not None:
         # SameSite=Strict keeps another site's GET from carrying the cookie here,
@@ -149,7 +146,7 @@ async def project_home(request: Request) -> Response:
 
 @view
 async def knowledge(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session = await owner_session(request)
     principal = session.principal
     state = query_str(request, "state", 20)
@@ -181,7 +178,7 @@ async def knowledge(request: Request) -> Response:
 
 @view
 async def entry_page(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session = await owner_session(request)
     principal = session.principal
     entry = await hub.knowledge.get(principal, request.path_params["entry_id"])
@@ -220,7 +217,7 @@ async def _entry_post(request: Request) -> tuple[Any, dict[str, str], str, str]:
 async def confirm(request: Request) -> Response:
     session, _, entry_id, back = await _entry_post(request)
     try:
-        await _hub(request).knowledge.confirm(session.principal, entry_id)
+        await hub_of(request).knowledge.confirm(session.principal, entry_id)
     except Conflict as exc:
         return await _confirm_refused(request, session, entry_id, exc, back)
     return redirect(with_notice(back, "confirmed", entry_id))
@@ -228,7 +225,7 @@ async def confirm(request: Request) -> Response:
 
 async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: GatewayError, back: str) -> Response:
     """The page a blocked or pointless confirm answers with: why, by whom, until when."""
-    hub = _hub(request)
+    hub = hub_of(request)
     now = hub.clock.now()
     entry = await hub.knowledge.get(session.principal, entry_id)
     live = [c for c in entry.contradictions if c.until > now]
@@ -251,7 +248,7 @@ async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: G
 async def refute(request: Request) -> Response:
     session, fields, entry_id, back = await _entry_post(request)
     reason = " ".join(fields.get("reason", "").split()) or DEFAULT_REFUTE_REASON
-    await _hub(request).knowledge.refute(session.principal, entry_id, reason)
+    await hub_of(request).knowledge.refute(session.principal, entry_id, reason)
     return redirect(with_notice(back, "refuted", entry_id))
 
 
@@ -260,7 +257,7 @@ async def refute(request: Request) -> Response:
 
 @view
 async def audit(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session = await owner_session(request)
     entry_id = query_str(request, "entry", 100)
     action = query_str(request, "action", 40)

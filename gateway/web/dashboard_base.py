@@ -13,6 +13,7 @@ from starlette.responses import RedirectResponse, Response
 from gateway.core.errors import Forbidden, GatewayError, NotFound, Unauthorized
 from gateway.web.html import SECURITY_HEADERS, error_page, wants_html
 from gateway.web.session import Session, csrf_token, form_fields, load_session, require_csrf, signing_key
+from gateway.web.inputs import hub_of
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -88,7 +89,7 @@ async def owner_post(request: Request) -> tuple[Session, dict[str, str]]:
 
 
 async def context(request: Request, session: Session | None, tab: str = "", **extra: Any) -> dict[str, Any]:
-    hub = request.app.state.hub
+    hub = hub_of(request)
     key = await signing_key(hub)
     notice = NOTICES.get(request.query_params.get("notice", ""))
     return {

@@ -18,7 +18,7 @@ from gateway.knowledge.proposals import PROPOSAL_STATES
 from gateway.web import charts
 from gateway.web.dashboard_base import context, owner_post, owner_session, redirect, view, with_notice
 from gateway.web.html import page
-from gateway.web.inputs import query_int, query_str
+from gateway.web.inputs import hub_of, query_int, query_str
 
 DEFAULT_REJECT_REASON = "rejected by the project owner in the dashboard"
 LEARNING_WINDOWS = (7, 30, 90)
@@ -33,9 +33,6 @@ SETTING_HELP = {
 }
 
 
-def _hub(request: Request) -> Any:
-    return request.app.state.hub
-
 
 # -- proposals ------------------------------------------------------------------------
 
@@ -43,7 +40,7 @@ def _hub(request: Request) -> Any:
 @view
 async def proposals(request: Request) -> Response:
     session = await owner_session(request)
-    service = _hub(request).proposals
+    service = hub_of(request).proposals
     state = query_str(request, "state", 20)
     if state is None and "state" not in request.query_params:
         state = "pending"
@@ -66,7 +63,7 @@ async def proposals(request: Request) -> Response:
 @view
 async def approve(request: Request) -> Response:
     session, _ = await owner_post(request)
-    entry, duplicate = await _hub(request).proposals.approve(session.principal, request.path_params["proposal_id"])
+    entry, duplicate = await hub_of(request).proposals.approve(session.principal, request.path_params["proposal_id"])
     slug = session.principal.project.slug
     return redirect(with_notice(f"/projects/{slug}/proposals", "approved_duplicate" if duplicate else "approved", entry.id))
 
@@ -75,7 +72,7 @@ async def approve(request: Request) -> Response:
 async def reject(request: Request) -> Response:
     session, fields = await owner_post(request)
     reason = " ".join(fields.get("reason", "").split()) or DEFAULT_REJECT_REASON
-    await _hub(request).proposals.reject(session.principal, request.path_params["proposal_id"], reason)
+    await hub_of(request).proposals.reject(session.principal, request.path_params["proposal_id"], reason)
     slug = session.principal.project.slug
     return redirect(with_notice(f"/projects/{slug}/proposals", "rejected"))
 
@@ -85,7 +82,7 @@ async def reject(request: Request) -> Response:
 
 @view
 async def checks(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session = await owner_session(request)
     project = session.principal.project
     report = await checks_report(hub.driver, project, hub.clock.now(), hub.checkmaps)
@@ -98,7 +95,7 @@ async def checks(request: Request) -> Response:
 
 @view
 async def learning(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session = await owner_session(request)
     days = query_int(request, "days", DEFAULT_DAYS, 1, MAX_DAYS)
     now = hub.clock.now()
@@ -134,7 +131,7 @@ async def learning(request: Request) -> Response:
 
 @view
 async def playbook(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session = await owner_session(request)
     project = session.principal.project
     now = hub.clock.now()
@@ -155,13 +152,13 @@ async def save_playbook(request: Request) -> Response:
     session, fields = await owner_post(request)
     # Browsers send a textarea's line breaks as CRLF; the playbook is Markdown with LF.
     text = fields.get("playbook", "").replace("\r\n", "\n")
-    await _hub(request).accounts.set_playbook(session.principal, text)
+    await hub_of(request).accounts.set_playbook(session.principal, text)
     return redirect(with_notice(f"/projects/{session.principal.project.slug}/playbook", "playbook_saved"))
 
 
 @view
 async def settings(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session = await owner_session(request)
     project = session.principal.project
     values = project.settings.to_json()
@@ -183,7 +180,7 @@ async def settings(request: Request) -> Response:
 
 @view
 async def save_settings(request: Request) -> Response:
-    hub = _hub(request)
+    hub = hub_of(request)
     session, fields = await owner_post(request)
     project = session.principal.project
     current = project.settings.to_json()

@@ -7,6 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.web.responses import JSONResponse
+from gateway.web.inputs import hub_of
 
 
 async def healthz(request: Request) -> Response:
@@ -14,7 +15,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    hub = request.app.state.hub
+    hub = hub_of(request)
     store_ok = await hub.driver.ping()
     maps = hub.checkmaps.status()
     ready = store_ok and hub.started
@@ -23,7 +24,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    hub = request.app.state.hub
+    hub = hub_of(request)
     return Response(hub.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

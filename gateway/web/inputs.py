@@ -3,6 +3,8 @@ and query parameters, each refused with the contract's code when wrong."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from typing import Any, Iterable
 
 from starlette.requests import Request
@@ -13,6 +15,17 @@ from gateway.knowledge.model import Principal
 
 API_BODY_LIMIT = 64 * 1024
 WEBHOOK_BODY_LIMIT = 1024 * 1024
+
+
+
+if TYPE_CHECKING:
+    from gateway.hub import Hub
+
+
+def hub_of(request: Request) -> "Hub":
+    """The hub the app was built around: every door reads its services from it."""
+    hub: Hub = request.app.state.hub
+    return hub
 
 
 def bearer(request: Request) -> str:

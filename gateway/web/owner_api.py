@@ -13,19 +13,16 @@ from gateway.knowledge.permissions import require
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.knowledge.threads import Threads
 from gateway.web.api import created_entry
-from gateway.web.inputs import json_body, principal_for, query_int, query_str
+from gateway.web.inputs import hub_of, json_body, principal_for, query_int, query_str
 from gateway.web.responses import JSONResponse
 
-
-def _hub(request: Request) -> Any:
-    return request.app.state.hub
 
 
 async def post_message(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "post_message")
     body = await json_body(request, required=("author", "text"))
-    posted = await _hub(request).threads.post_message(
+    posted = await hub_of(request).threads.post_message(
         principal, request.path_params["thread_id"], body["author"], body["text"]
     )
     return JSONResponse(posted.to_json(), status_code=201)
@@ -33,7 +30,7 @@ async def post_message(request: Request) -> Response:
 
 async def proposals(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
-    service = _hub(request).proposals
+    service = hub_of(request).proposals
     if request.method == "POST":
         require(principal, "propose")
         body = await json_body(request, required=("kind", "statement", "rationale"))
@@ -53,15 +50,15 @@ async def approve(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "approve_proposal")
     await json_body(request, allow_empty=True)
-    entry, duplicate = await _hub(request).proposals.approve(principal, request.path_params["proposal_id"])
-    return created_entry(entry, duplicate, _hub(request).clock.now())
+    entry, duplicate = await hub_of(request).proposals.approve(principal, request.path_params["proposal_id"])
+    return created_entry(entry, duplicate, hub_of(request).clock.now())
 
 
 async def reject(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "reject_proposal")
     body = await json_body(request, required=("reason",))
-    proposal = await _hub(request).proposals.reject(principal, request.path_params["proposal_id"], body["reason"])
+    proposal = await hub_of(request).proposals.reject(principal, request.path_params["proposal_id"], body["reason"])
     return JSONResponse(proposal.to_json())
 
 
@@ -69,7 +66,7 @@ async def learning(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "read_learning")
     days = query_int(request, "days", DEFAULT_DAYS, 1, MAX_DAYS)
-    hub = _hub(request)
+    hub = hub_of(request)
     now = hub.clock.now()
     report = await learning_report(hub.driver, principal.project, now, days)
     return JSONResponse(report.to_json(now))

@@ -14,7 +14,7 @@ from starlette.routing import Route
 from gateway.core.errors import NotFound, Unauthorized
 from gateway.knowledge.model import Principal
 from gateway.knowledge.playbook import etag, etag_matches, relayroom_md
-from gateway.web.inputs import principal_for
+from gateway.web.inputs import hub_of, principal_for
 from gateway.web.session import SESSION_COOKIE, load_session
 
 MEDIA_TYPE = "text/markdown; charset=utf-8"
@@ -33,7 +33,7 @@ async def _reader(request: Request, slug: str) -> Principal:
 
 
 async def relayroom(request: Request) -> Response:
-    hub = request.app.state.hub
+    hub = hub_of(request)
     principal = await _reader(request, request.path_params["project"])
     # The principal's project was read with its token row in this request: its settings are current.
     document = await relayroom_md(hub.driver, principal.project, hub.clock.now())

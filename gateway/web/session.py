@@ -37,7 +37,7 @@ from gateway.core.clock import HOUR
 from gateway.core.errors import BadRequest, Forbidden
 from gateway.knowledge.model import Principal
 from gateway.store.queries import _project
-from gateway.web.inputs import raw_body
+from gateway.web.inputs import hub_of, raw_body
 
 SESSION_COOKIE = "rr_session"
 LOGIN_COOKIE = "rr_login_csrf"
@@ -124,7 +124,7 @@ def session_alive(row: dict[str, Any] | None, now: float) -> bool:
 
 async def load_session(request: Request) -> Session | None:
     """The signed-in owner, checked against the store on every request, or None."""
-    hub = request.app.state.hub
+    hub = hub_of(request)
     session_id = unsign(await signing_key(hub), request.cookies.get(SESSION_COOKIE))
     if session_id is None:
         return None
@@ -138,7 +138,7 @@ async def load_session(request: Request) -> Session | None:
 
 
 async def start_session(request: Request, response: Response, principal: Principal, token_hash: str) -> None:
-    hub = request.app.state.hub
+    hub = hub_of(request)
     session_id = secrets.token_urlsafe(32)
     now = hub.clock.now()
     digest = session_hash(session_id)
@@ -148,7 +148,7 @@ async def start_session(request: Request, response: Response, principal: Princip
 
 async def end_session(request: Request, session: Session) -> None:
     """Sign out on the server: the session's cookie, wherever copied, is refused from now on."""
-    hub = request.app.state.hub
+    hub = hub_of(request)
     digest, now = session_hash(session.nonce), hub.clock.now()
     await hub.driver.write(lambda q: q.end_session(digest, now))
 
@@ -180,7 +180,7 @@ async def form_fields(request: Request) -> dict[str, str]:
 
 
 async def require_csrf(request: Request, session: Session | None, fields: dict[str, str]) -> None:
-    key = await signing_key(request.app.state.hub)
+    key = await signing_key(hub_of(request))
     if session is None or not csrf_ok(key, "form", session.nonce, fields.get(CSRF_FIELD)):
         raise Forbidden(
             "this form is missing its CSRF token or the session ended; reload the page and try again",
