@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any, Awaitable, Callable
 
+from gateway import __version__
 from gateway.core.config import Config
 from gateway.core.errors import GatewayError
 
@@ -124,6 +125,7 @@ async def _sweep(hub: Any, args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relayroom", description="RelayRoom Knowledge Gateway")
+    parser.add_argument("--version", action="version", version=f"relayroom {__version__}")
     parser.add_argument("--database-url", dest="database_url", default=None, help="overrides RELAYROOM_DATABASE_URL")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

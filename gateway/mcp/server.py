@@ -26,6 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 
+from gateway import __version__
 from gateway.core.errors import GatewayError
 from gateway.knowledge.model import LEVELS, Principal
 from gateway.web.inputs import API_BODY_LIMIT
@@ -182,6 +183,7 @@ def build_mcp_app(hub: Any) -> tuple[Any, Any]:
     install(hub)
     server = MCPServer(
         "relayroom",
+        version=__version__,  # what a client shows in serverInfo; empty tells it nothing
         instructions=INSTRUCTIONS,
         token_verifier=ProjectTokenVerifier(hub),
         auth=AuthSettings(

@@ -274,3 +274,11 @@ async def test_sdk_refusals_carry_the_contract_error_body(client: httpx.AsyncCli
     # a JSON-RPC error stays a JSON-RPC error
     unknown = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 7, "method": "no/such"}, headers=headers)
     assert "jsonrpc" in unknown.json() and unknown.json().get("id") == 7
+
+
+async def test_the_server_tells_its_name_and_version(live_server: LiveServer, acme_live: ProjectTokens) -> None:
+    from gateway import __version__
+
+    async with mcp_client(live_server, acme_live.reader) as client:
+        info = client.server_info
+    assert info is not None and info.name == "relayroom" and info.version == __version__ != ""

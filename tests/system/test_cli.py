@@ -185,3 +185,13 @@ def test_quickstart_creates_demo_and_serves(tmp_path: Path) -> None:
     finally:
         again.terminate()
         again.wait(10)
+
+
+def test_version_is_printed_and_exits_0() -> None:
+    import subprocess
+    import sys
+
+    from gateway import __version__
+
+    result = subprocess.run([sys.executable, "-m", "gateway", "--version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == f"relayroom {__version__}"
