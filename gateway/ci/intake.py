@@ -141,9 +141,10 @@ class AttestationIntake:
                                                  for secret in self._github_secrets(b, hub_secret))]
         # The hub-wide secret may still sign what no binding takes from it (a
         # ping, an unbound repository): answered, never recorded.  A binding
-        # with its own secret demands that one.
-        hub_ok = bool(hub_secret and signatures.github_valid(hub_secret, raw, signature))
-        if not verified and (not hub_ok or any(b.webhook_secret_env for b in candidates)):
+        # with its own secret demands that one.  Checked only when no binding
+        # verified: a counted delivery pays for one HMAC, not two.
+        if not verified and (any(b.webhook_secret_env for b in candidates)
+                             or not (hub_secret and signatures.github_valid(hub_secret, raw, signature))):
             raise Unauthorized("X-Hub-Signature-256 does not verify with the webhook secret of this repository's "
                                "binding (or the hub-wide secret)", code="invalid_signature")
         if payload is None:

@@ -125,13 +125,10 @@ def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[s
     barred: dict[str, list[Problem]] = {}
     checked: dict[str, tuple[CheckMap | None, CheckMap | None]] = {}
     for name, (in_force, wanted) in files.items():
-        problems = _barred(name, wanted if wanted is not None else in_force, by_id)
-        if _barred(name, in_force, by_id):
-            in_force = None
-        if _barred(name, wanted, by_id):
-            wanted = None
-        barred[name] = problems
-        checked[name] = (in_force, wanted)
+        in_force_barred, wanted_barred = _barred(name, in_force, by_id), _barred(name, wanted, by_id)
+        # Report what the file on disk says; with no valid version there, what stays in force.
+        barred[name] = wanted_barred if wanted is not None else in_force_barred
+        checked[name] = (None if in_force_barred else in_force, None if wanted_barred else wanted)
     decisions = _resolve(checked)
     return {name: Decision(d.keep, tuple(barred[name]) + d.problems) for name, d in decisions.items()}
 
