@@ -81,7 +81,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         proxy_headers=True,
         h11_max_incomplete_event_size=128 * 1024,
         # httptools bounds neither the size of a request head nor the time to
-        # send it; this subclass does (gateway/web/http_limits.py).
+        # send it; the wrapping protocol in gateway/web/http_limits.py does.
         http=_http_protocol(),
         timeout_graceful_shutdown=5,
     )
