@@ -215,6 +215,35 @@ def test_a_head_that_never_finishes_is_timed_out(tmp_path: Path) -> None:
         assert exchange(port, b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").startswith(b"HTTP/1.1 200 ")
 
 
+def test_the_head_clock_waits_while_an_earlier_request_is_answered() -> None:
+    """A pipelined head that is still open while the server answers the
+    request before it is the server's delay: no 408 lands inside that answer.
+    Once the answers are out, a head left open is timed out as on a fresh
+    connection."""
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] == "/slow":
+            await asyncio.sleep(1.0)  # twice the head timeout
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serving(slow, ShortHeadTimeout) as port, socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        time.sleep(0.8)  # the second head has been open past the timeout, the first answer not out yet
+        sock.sendall(b"\r\n")
+        data = b""
+        while data.count(b"\r\n\r\nok") < 2:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+        assert data.count(b"HTTP/1.1 200 ") == 2 and b"408" not in data
+        sock.sendall(b"GET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        started, rest = time.monotonic(), b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+        assert_error_body(rest, 408, "request_timeout")
+        assert time.monotonic() - started < 2
+
+
 # -- bodies ---------------------------------------------------------------------------------------
 
 
