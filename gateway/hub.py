@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from gateway.accounts.service import Accounts
+from gateway.accounts.sessions import Sessions
 from gateway.ci import replay
 from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.ci.intake import AttestationIntake
@@ -44,6 +45,7 @@ class Hub:
         self.clock: Clock = clock or SystemClock()
         self.driver: Driver = driver or open_driver(config.database_url)
         self.accounts = Accounts(self.driver, self.clock)
+        self.sessions = Sessions(self.driver, self.clock, config)
         self.knowledge = Knowledge(
             self.driver,
             self.clock,
@@ -69,7 +71,6 @@ class Hub:
         )
         self.intake = AttestationIntake(self, self.checkmaps, self.verifier)
         self.extensions: dict[str, Any] = {}  # only the optional embeddings extra hooks in here
-        self.dashboard_key: bytes | None = None  # the session signing key, read from the store once
         self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False

@@ -187,12 +187,6 @@ class Accounts:
 
         await self.driver.write(unit)
 
-    async def secret_key(self) -> str:
-        import secrets as _secrets
-
-        candidate = _secrets.token_urlsafe(48)
-        return await self.driver.write(lambda q: q.meta_set_if_absent("secret_key", candidate))
-
     async def project_principal(self, slug: str, name: str, level: str) -> Principal:
         """Rebuild a principal whose token was verified earlier in this request."""
         return Principal(project=await self.project(slug), name=name, level=level)

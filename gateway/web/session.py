@@ -1,8 +1,9 @@
-"""Dashboard sessions and CSRF tokens.
+"""Dashboard sessions and CSRF tokens: the HTTP half.
 
-A session lives on the server: a row of `dashboard_sessions` holding the
-*hash* of a random session id, the hash of the owner token that signed in,
-when it started, when it expires and when it was ended.  The cookie carries
+A session lives on the server (gateway/accounts/sessions.py): a row of
+`dashboard_sessions` holding the *hash* of a random session id, the hash of
+the owner token that signed in, when it started, when it expires and when it
+was ended.  The cookie carries
 only the session id, signed with `itsdangerous` under the gateway's secret key
 (`RELAYROOM_SECRET_KEY`, or else the key generated once and kept in the
 store), so a forged cookie is refused before the store is asked.  Every
@@ -24,44 +25,31 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
 from itsdangerous import BadData, URLSafeSerializer
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.core.clock import HOUR
+from gateway.accounts.sessions import SESSION_SECONDS, Session
 from gateway.core.errors import BadRequest, Forbidden
 from gateway.knowledge.model import Principal
-from gateway.store.queries import _project
 from gateway.web.inputs import hub_of, raw_body
+
+if TYPE_CHECKING:
+    from gateway.hub import Hub
 
 SESSION_COOKIE = "rr_session"
 LOGIN_COOKIE = "rr_login_csrf"
 CSRF_FIELD = "csrf_token"
-SESSION_SECONDS = 12 * HOUR
 FORM_BODY_LIMIT = 256 * 1024
 MAX_COOKIE_CHARS = 512
 MAX_FORM_FIELDS = 50
 
 
-@dataclass(frozen=True)
-class Session:
-    principal: Principal
-    token_hash: str
-    nonce: str
-    issued_at: float
-
-
-async def signing_key(hub: Any) -> bytes:
-    key: bytes | None = hub.dashboard_key
-    if key is None:
-        secret = hub.config.secret_key.reveal() if hub.config.secret_key else await hub.accounts.secret_key()
-        key = hub.dashboard_key = hashlib.sha256(b"relayroom-dashboard:" + secret.encode()).digest()
-    return key
+async def signing_key(hub: "Hub") -> bytes:
+    return await hub.sessions.signing_key()
 
 
 def _serializer(key: bytes) -> URLSafeSerializer:
@@ -81,10 +69,6 @@ def unsign(key: bytes, value: str | None) -> str | None:
     except (BadData, ValueError, UnicodeError):
         return None
     return session_id if isinstance(session_id, str) and 0 < len(session_id) <= 100 else None
-
-
-def session_hash(session_id: str) -> str:
-    return hashlib.sha256(b"relayroom-session:" + session_id.encode()).hexdigest()
 
 
 def csrf_token(key: bytes, purpose: str, nonce: str) -> str:
@@ -111,46 +95,27 @@ def clear_cookie(request: Request, response: Response, name: str) -> None:
     response.delete_cookie(name, path="/", httponly=True, samesite="strict", secure=is_https(request))
 
 
-def session_alive(row: dict[str, Any] | None, now: float) -> bool:
-    """Whether a session row (joined to its token) still signs its owner in."""
-    return (
-        row is not None
-        and row["session_ended_at"] is None
-        and row["session_created_at"] <= now < row["session_expires_at"]
-        and row["revoked_at"] is None
-        and row["level"] == "owner"
-    )
-
-
 async def load_session(request: Request) -> Session | None:
     """The signed-in owner, checked against the store on every request, or None."""
     hub = hub_of(request)
     session_id = unsign(await signing_key(hub), request.cookies.get(SESSION_COOKIE))
     if session_id is None:
         return None
-    row = await hub.driver.read(lambda q: q.session_by_hash(session_hash(session_id)))
-    if not session_alive(row, hub.clock.now()):
-        return None
-    assert row is not None
-    principal = Principal(project=_project(row), name=row["principal"], level="owner")
-    request.state.principal = principal.name
-    return Session(principal=principal, token_hash=row["token_hash"], nonce=session_id, issued_at=row["session_created_at"])
+    session = await hub.sessions.find(session_id)
+    if session is not None:
+        request.state.principal = session.principal.name
+    return session
 
 
 async def start_session(request: Request, response: Response, principal: Principal, token_hash: str) -> None:
     hub = hub_of(request)
-    session_id = secrets.token_urlsafe(32)
-    now = hub.clock.now()
-    digest = session_hash(session_id)
-    await hub.driver.write(lambda q: q.insert_session(digest, token_hash, now, now + SESSION_SECONDS))
+    session_id = await hub.sessions.start(token_hash)
     set_cookie(request, response, SESSION_COOKIE, sign(await signing_key(hub), session_id), int(SESSION_SECONDS))
 
 
 async def end_session(request: Request, session: Session) -> None:
     """Sign out on the server: the session's cookie, wherever copied, is refused from now on."""
-    hub = hub_of(request)
-    digest, now = session_hash(session.nonce), hub.clock.now()
-    await hub.driver.write(lambda q: q.end_session(digest, now))
+    await hub_of(request).sessions.end(session.nonce)
 
 
 async def form_fields(request: Request) -> dict[str, str]:

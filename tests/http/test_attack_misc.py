@@ -417,7 +417,8 @@ async def test_a_revoked_owner_token_kills_every_copy_of_its_session(client: Any
 async def test_forged_and_tampered_cookies_are_refused(client: Any, hub: Any, acme: Any) -> None:
     import secrets
 
-    from gateway.web.session import session_hash, sign, signing_key
+    from gateway.accounts.sessions import session_hash
+    from gateway.web.session import sign, signing_key
     from tests.support.dashboard_helpers import HTML, login
 
     await login(client, acme.owner)
