@@ -45,7 +45,8 @@ CSRF_FIELD = "csrf_token"
 SESSION_SECONDS = 12 * HOUR
 FORM_BODY_LIMIT = 256 * 1024
 MAX_COOKIE_CHARS = 512
-MAX_FORM_FIELDS = 50
+# A page of 50 entries picked for one move, plus the form's own fields.
+MAX_FORM_FIELDS = 120
 
 
 @dataclass(frozen=True)
