@@ -14,6 +14,7 @@ from typing import Any, Callable
 from gateway.web.labels import SETTING_LABELS, issuer_label
 
 MAX_TEXT = 300
+MAX_ROW = 1000
 
 
 def _short(value: Any) -> str:
@@ -130,6 +131,9 @@ def describe(action: str, detail: Any) -> str:
     if not isinstance(detail, dict):
         return _short(detail)
     try:
-        return DESCRIBE[action](detail) if action in DESCRIBE else _pairs(detail)
+        text = DESCRIBE[action](detail) if action in DESCRIBE else _pairs(detail)
     except (TypeError, ValueError, AttributeError):
-        return _pairs(detail)
+        text = _pairs(detail)
+    # One line, bounded: keys and values are anyone's text, line breaks included.
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ROW else text[: MAX_ROW - 1] + "…"
