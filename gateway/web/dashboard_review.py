@@ -186,7 +186,7 @@ async def settings(request: Request) -> Response:
     fields = [
         {
             "name": name,
-            "value": values[name],
+            "value": f"{values[name]:g}" if isinstance(values[name], float) else values[name],
             "step": "1" if kind is int else "any",
             "min": minimum,
             "max": maximum,
