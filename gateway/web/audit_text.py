@@ -54,6 +54,22 @@ def _override(d: dict[str, Any]) -> str:
     return f"Confirmed by the owner (was {d.get('from', '?')}){_bulk(d)}."
 
 
+PLUMBING_KEYS = ("contradicts", "via", "bulk")
+
+
+def contradiction_reason(detail: Any) -> str:
+    """What a contradiction says, for a person: its reason or message, else
+    the other fields it carries, else that none was given.  (The entry id it
+    names and how it arrived are shown elsewhere on the page.)"""
+    if isinstance(detail, dict):
+        said = detail.get("reason") or detail.get("message")
+        if said:
+            return _short(said)
+        rest = {k: v for k, v in detail.items() if k not in PLUMBING_KEYS}
+        return _short(_pairs(rest)) if rest else "no reason given"
+    return _short(detail) if detail not in (None, "") else "no reason given"
+
+
 def _contradict(d: dict[str, Any]) -> str:
     inner = d.get("detail")
     why = ""

@@ -21,7 +21,7 @@ from starlette.responses import HTMLResponse, Response
 
 from gateway.core.clock import to_date, to_rfc3339
 from gateway.core.errors import GatewayError
-from gateway.web.audit_text import describe
+from gateway.web.audit_text import contradiction_reason, describe
 from gateway.web.errors import gateway_error_response
 from gateway.web.labels import SETTING_LABELS, plural
 
@@ -118,6 +118,7 @@ def _environment() -> Environment:
     env.filters["plural"] = plural
     env.filters["soft_breaks"] = _soft_breaks
     env.filters["http_url"] = _http_url
+    env.filters["contradiction_reason"] = contradiction_reason
     env.filters["audit_text"] = lambda row: describe(row.get("action", ""), row.get("detail"))
     env.globals["setting_labels"] = SETTING_LABELS
     return env

@@ -97,3 +97,12 @@ def test_issuers_are_named_as_people_name_them() -> None:
 def test_counts_agree_with_their_number() -> None:
     assert [plural(n, "entry") for n in (0, 1, 2)] == ["0 entries", "1 entry", "2 entries"]
     assert plural(1, "attestation") == "1 attestation" and plural(3, "time") == "3 times"
+
+
+def test_a_contradiction_reads_as_its_reason_never_as_json() -> None:
+    from gateway.web.audit_text import contradiction_reason
+
+    assert contradiction_reason({"contradicts": "kn_1", "reason": "it can since 1.22"}) == "it can since 1.22"
+    assert contradiction_reason({"contradicts": "kn_1"}) == "no reason given"
+    assert contradiction_reason({"contradicts": "kn_1", "tool": "pytest"}) == "tool: pytest"
+    assert contradiction_reason({"reason": "refuted", "via": "refute", "bulk": True}) == "refuted"
