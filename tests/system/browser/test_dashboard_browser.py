@@ -265,6 +265,12 @@ def test_an_owners_day_in_a_real_browser(live_server: Any, page: Any, checkmap_d
     for key in ("to_confirm", "to_refute"):
         assert _entry(page, ids[key]).get_attribute("data-state") == "trusted"
 
+    # "All on this page" (a progressive touch) picks every live entry's box
+    page.locator("input[data-pick-all]").check()
+    assert page.locator('input.pick[form="bulk-form"]:checked').count() == page.locator('input.pick[form="bulk-form"]').count() == 5
+    page.locator("input[data-pick-all]").uncheck()
+    assert page.locator('input.pick[form="bulk-form"]:checked').count() == 0
+
     # correct a trusted statement: a candidate first, and the old one retires once it is confirmed
     page.goto(f"{base}/projects/acme/entries/{ids['to_refute']}")
     page.fill(".correct-form textarea[name=statement]", "The staging database resets every Sunday at 03:00 UTC.")
