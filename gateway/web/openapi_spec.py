@@ -55,6 +55,7 @@ ENTRY = _obj(
         "promoted_at": NULLABLE_TIME,
         "promoted_by": {"type": "string", "nullable": True},
         "distinct_issuers": {"type": "integer", "minimum": 0},
+        "vouched_by": {"type": "array", "items": STRING, "description": "the CI issuers supporting the entry, sorted, then owner:<name> when an owner's confirm made it trusted"},
         "supports": {"type": "array", "items": _obj(["issuer", "source", "at"], {"issuer": STRING, "source": STRING, "attestation_id": {"type": "string", "nullable": True}, "at": TIME}, additional=True)},
         "contradictions": {"type": "array", "items": _obj(["by", "at"], {"by": STRING, "detail": {}, "at": TIME}, additional=True)},
         "duplicate": {"type": "boolean"},
@@ -218,7 +219,7 @@ def spec() -> S:
     for method, path, level, summary, body, params, status, schema in OPERATIONS:
         op: S = {
             "summary": summary,
-            "description": f"Needs a {level} token (or higher) of the project.",
+            "description": f"Needs {'an' if level == 'owner' else 'a'} {level} token (or higher) of the project.",
             "security": [{"projectToken": []}],
             "parameters": [PROJECT, *params],
             "responses": {str(status): {"description": "success"}, **_errors()},

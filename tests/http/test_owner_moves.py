@@ -323,3 +323,11 @@ async def test_an_agent_cannot_make_a_correction_link_by_any_field(client: Any, 
                           headers=bearer(acme.writer))
     assert r.status_code == 422
     assert await snapshot(hub) == before
+
+
+async def test_the_openapi_document_describes_every_owner_move(client: Any) -> None:
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    for path in ("entries/{entry_id}/retire", "entries/{entry_id}/expiry", "entries/{entry_id}/correct", "entries/bulk"):
+        op = paths[f"/v1/projects/{{project}}/{path}"]["post"]
+        assert op["description"] == "Needs an owner token (or higher) of the project."
+        assert "requestBody" in op and {"403", "404", "409", "422"} <= set(op["responses"])
