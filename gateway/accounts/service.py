@@ -146,11 +146,13 @@ class Accounts:
 
     # -- the owner's view of the project's tokens (the dashboard's Tokens page) --
 
-    async def project_tokens(self, principal: Principal) -> list[dict[str, Any]]:
+    async def project_tokens(self, principal: Principal, current_hash: str = "") -> list[dict[str, Any]]:
         """Every token of the owner's project, newest first: id, principal,
-        level, created_at, revoked_at.  Never a secret or its hash."""
+        level, created_at, revoked_at, and is_current (its hash is
+        `current_hash`, e.g. the one a dashboard session signed in with).
+        Never a secret or its hash."""
         require(principal, "manage_tokens")
-        return await self.driver.read(lambda q: q.project_tokens(principal.project.id))
+        return await self.driver.read(lambda q: q.project_tokens(principal.project.id, current_hash))
 
     async def issue_token(self, principal: Principal, level: str, name: str) -> str:
         """An owner creates a token of its own project; the secret is returned

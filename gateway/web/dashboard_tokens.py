@@ -39,7 +39,7 @@ def principals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 async def _tokens_page(request: Request, session: Any, *, created: dict[str, str] | None = None) -> Response:
     hub = hub_of(request)
-    rows = await hub.accounts.project_tokens(session.principal)
+    rows = await hub.accounts.project_tokens(session.principal, session.token_hash)
     ctx = await context(
         request, session, "tokens", principals=principals(rows), levels=LEVELS, level_help=LEVEL_HELP, created=created
     )

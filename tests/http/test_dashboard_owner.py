@@ -186,7 +186,6 @@ async def test_entry_moves_without_csrf_or_from_another_project_change_nothing(c
 # -- tokens -----------------------------------------------------------------------------------
 
 
-@sqlite_only
 async def test_tokens_are_listed_without_secrets_made_once_and_revoked(client: Any, acme: Any, hub: Any) -> None:
     await login(client, acme.owner)
     page = (await client.get(f"{P}/tokens", headers=HTML)).text
@@ -237,6 +236,9 @@ async def test_revoking_the_token_signed_in_with_ends_the_session(client: Any, a
     await login(client, acme.owner)
     page = (await client.get(f"{P}/tokens", headers=HTML)).text
     own = re.search(r'data-token-id="(\d+)" data-principal="olivia"', page).group(1)  # type: ignore[union-attr]
+    row = re.search(rf'<tr data-token-id="{own}".*?</tr>', page, re.S).group(0)  # type: ignore[union-attr]
+    assert "this session" in row and "signs you out" in row
+    assert page.count("this session") == 1
     assert (await post_form(client, f"{P}/tokens/{own}/revoke", {})).status_code == 303
     follow = await client.get(f"{P}/knowledge", headers=HTML)
     assert follow.status_code == 303 and follow.headers["location"].startswith("/login")

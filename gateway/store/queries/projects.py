@@ -70,13 +70,19 @@ class ProjectQueries(QueryBase):
             now,
         )
 
-    async def project_tokens(self, project_id: int) -> list[dict[str, Any]]:
+    async def project_tokens(self, project_id: int, current_hash: str = "") -> list[dict[str, Any]]:
         """Every token of a project, never its hash: who, which level, when
-        created and revoked.  Newest first."""
-        return await self.tx.all(
-            "SELECT id, principal, level, created_at, revoked_at FROM tokens WHERE project_id = ? ORDER BY id DESC",
+        created and revoked, and whether it is the one whose hash is
+        `current_hash` (the dashboard session's own).  Newest first."""
+        rows = await self.tx.all(
+            "SELECT id, principal, level, created_at, revoked_at, "
+            "CASE WHEN token_hash = ? THEN 1 ELSE 0 END AS is_current FROM tokens WHERE project_id = ? ORDER BY id DESC",
+            current_hash,
             project_id,
         )
+        for row in rows:
+            row["is_current"] = bool(row["is_current"])
+        return rows
 
     async def revoke_token(self, project_id: int, token_id: int, now: float) -> int:
         """Revoke one token of the project (0 when unknown, of another project, or revoked already)."""
