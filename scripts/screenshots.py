@@ -134,8 +134,8 @@ async def seed(database_url: str, checkmaps: str) -> dict[str, str]:
         clock.set(now - HOUR)
         for kind, statement, via, author in CANDIDATES:
             if via == "extraction":
-                await hub.knowledge.learn(agents[author], kind, statement, via="extraction",
-                                          provenance={"thread_id": "ci-upgrade", "message_id": "msg_demo"})
+                # Extraction is a thread message's labelled line (gateway/knowledge/extraction.py).
+                await hub.threads.post_message(agents[author], "ci-upgrade", author, f"{kind.capitalize()}: {statement}")
             elif via == "reflection":
 
                 proposal = await hub.proposals.propose(

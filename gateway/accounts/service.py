@@ -78,6 +78,15 @@ def validate_settings(current: ProjectSettings, changes: dict[str, Any]) -> Proj
     return ProjectSettings(**values)
 
 
+def check_token_request(level: object, name: object) -> None:
+    if level not in LEVELS:
+        raise Invalid(f"level must be one of {', '.join(LEVELS)}", code="invalid_level")
+    if not isinstance(name, str) or not PRINCIPAL.match(name):
+        raise Invalid(
+            "principal name must be 1-128 characters of letters, digits and . _ @ : -", code="invalid_principal"
+        )
+
+
 class Accounts:
     def __init__(self, driver: Driver, clock: Clock) -> None:
         self.driver = driver
@@ -111,12 +120,7 @@ class Accounts:
         return await self.driver.read(lambda q: q.projects())
 
     async def create_token(self, slug: str, level: str, name: str) -> str:
-        if level not in LEVELS:
-            raise Invalid(f"level must be one of {', '.join(LEVELS)}", code="invalid_level")
-        if not isinstance(name, str) or not PRINCIPAL.match(name):
-            raise Invalid(
-                "principal name must be 1-128 characters of letters, digits and . _ @ : -", code="invalid_principal"
-            )
+        check_token_request(level, name)
         secret = tokens.generate()
         now = self.clock.now()
 
@@ -137,6 +141,52 @@ class Accounts:
             if project is None:
                 raise NotFound(f"no project {slug!r}", code="project_not_found")
             return await q.revoke_tokens(project.id, name, now)
+
+        return await self.driver.write(unit)
+
+    # -- the owner's view of the project's tokens (the dashboard's Tokens page) --
+
+    async def project_tokens(self, principal: Principal, current_hash: str = "") -> list[dict[str, Any]]:
+        """Every token of the owner's project, newest first: id, principal,
+        level, created_at, revoked_at, and is_current (its hash is
+        `current_hash`, e.g. the one a dashboard session signed in with).
+        Never a secret or its hash."""
+        require(principal, "manage_tokens")
+        return await self.driver.read(lambda q: q.project_tokens(principal.project.id, current_hash))
+
+    async def issue_token(self, principal: Principal, level: str, name: str) -> str:
+        """An owner creates a token of its own project; the secret is returned
+        once and only its hash is kept.  Audited as `settings`."""
+        require(principal, "manage_tokens")
+        check_token_request(level, name)
+        secret = tokens.generate()
+        now = self.clock.now()
+        project_id = principal.project.id
+
+        async def unit(q: Queries) -> None:
+            await q.insert_token(project_id, name, level, tokens.digest(secret), now)
+            await q.audit(project_id, now, "settings", None, principal.name,
+                          {"token_created": {"principal": name, "level": level}})
+
+        await self.driver.write(unit)
+        return secret
+
+    async def revoke_token(self, principal: Principal, token_id: int) -> dict[str, Any]:
+        """An owner revokes one token of its own project (404 for any other
+        id, revoked or not, so ids of other projects cannot be probed).
+        Audited as `settings`; a session signed in with it ends at once."""
+        require(principal, "manage_tokens")
+        now = self.clock.now()
+        project_id = principal.project.id
+
+        async def unit(q: Queries) -> dict[str, Any]:
+            rows = {int(r["id"]): r for r in await q.project_tokens(project_id)}
+            row = rows.get(token_id)
+            if row is None or not await q.revoke_token(project_id, token_id, now):
+                raise NotFound(f"no active token {token_id} in project {principal.project.slug}", code="token_not_found")
+            await q.audit(project_id, now, "settings", None, principal.name,
+                          {"token_revoked": {"principal": row["principal"], "level": row["level"]}})
+            return row
 
         return await self.driver.write(unit)
 

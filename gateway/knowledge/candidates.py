@@ -60,7 +60,8 @@ async def write_candidate(
     )
     stored = await q.insert_entry(entry, norm)
     detail: dict[str, Any] = {"kind": kind, "via": via}
-    if provenance and "proposal_id" in provenance:
-        detail["proposal_id"] = provenance["proposal_id"]
+    for key in ("proposal_id", "replaces"):
+        if provenance and key in provenance:
+            detail[key] = provenance[key]
     await q.audit(project.id, now, "learn", stored.id, author, detail)
     return stored, False

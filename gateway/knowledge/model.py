@@ -119,7 +119,23 @@ class Entry:
         return effective_state(self.state, self.expires_at, now)
 
     def issuers(self) -> frozenset[str]:
+        """The CI issuers whose supports the entry holds (the count against K)."""
         return frozenset(s.issuer for s in self.supports)
+
+    @property
+    def confirmed_by(self) -> str | None:
+        """The owner whose confirm made the entry trusted, when one did."""
+        by = self.promoted_by or ""
+        return by[len("owner:"):] if by.startswith("owner:") else None
+
+    def vouched_by(self) -> list[str]:
+        """Everyone who vouches for the entry, as the doors show it: its CI
+        issuers, sorted, then `owner:<name>` when an owner's confirm promoted
+        it (an owner is a promoting issuer too, and alone enough)."""
+        names = sorted(self.issuers())
+        if self.confirmed_by is not None:
+            names.append(f"owner:{self.confirmed_by}")
+        return names
 
     def facts(self) -> EntryFacts:
         return EntryFacts(
@@ -149,6 +165,7 @@ class Entry:
             "promoted_at": to_rfc3339(self.promoted_at),
             "promoted_by": self.promoted_by,
             "distinct_issuers": len(self.issuers()),
+            "vouched_by": self.vouched_by(),
             "supports": [s.to_json() for s in self.supports],
             "contradictions": [c.to_json() for c in self.contradictions],
             "provenance": self.provenance,

@@ -34,6 +34,10 @@ ACTIONS: dict[str, Action] = {
     # owner moves on entries and proposals
     "confirm": Action("owner", "confirm"),
     "refute": Action("owner", "refute"),
+    "retire": Action("owner", "retiring an entry"),
+    "set_expiry": Action("owner", "changing an entry's expiry"),
+    "correct": Action("owner", "correcting an entry"),
+    "bulk": Action("owner", "a move on several entries"),
     "list_proposals": Action("owner", "listing proposals"),
     "approve_proposal": Action("owner", "approving a proposal"),
     "reject_proposal": Action("owner", "rejecting a proposal"),
@@ -43,6 +47,7 @@ ACTIONS: dict[str, Action] = {
     "read_settings": Action("owner", "reading settings"),
     "change_settings": Action("owner", "changing settings"),
     "edit_playbook": Action("owner", "editing the playbook"),
+    "manage_tokens": Action("owner", "managing the project's tokens"),
 }
 
 

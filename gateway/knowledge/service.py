@@ -8,15 +8,17 @@ functions: one rule, several doors.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.knowledge import trust
 from gateway.core.clock import HOUR, Clock, to_rfc3339
 from gateway.core.cursor import decode_cursor, encode_cursor
-from gateway.core.errors import Conflict, Invalid, NotFound, RateLimited
+from gateway.core.errors import Conflict, GatewayError, Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
 from gateway.knowledge.candidates import write_candidate
+from gateway.knowledge.corrections import retire_replaced
 from gateway.knowledge.model import ContradictionRecord, Entry, Principal, Project, Support
 from gateway.knowledge.inputs import (
     MAX_EVENT_TYPE,
@@ -38,6 +40,20 @@ class SupportOutcome:
     entry_id: str
     duplicate: bool
     promoted: bool
+
+
+BULK_ACTIONS = ("confirm", "refute", "retire")
+MAX_BULK = 100
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """One entry's outcome in a move on several entries: the entry as it is
+    after the move, or the refusal it met (the other entries still move)."""
+
+    entry_id: str
+    entry: Entry | None = None
+    error: GatewayError | None = None
 
 
 @dataclass(frozen=True)
@@ -169,7 +185,7 @@ class Knowledge:
 
     # -- owner moves ----------------------------------------------------------
 
-    async def confirm(self, principal: Principal, entry_id: str) -> Entry:
+    async def confirm(self, principal: Principal, entry_id: str, *, bulk: bool = False) -> Entry:
         require(principal, "confirm")
         project = principal.project
         now = self.clock.now()
@@ -191,7 +207,11 @@ class Knowledge:
                 raise Conflict(decision.reason, code="not_confirmable")
             previous = entry.effective_state(now)
             await q.set_state(entry, "trusted", promoted_at=now, promoted_by=f"owner:{principal.name}")
-            await q.audit(project.id, now, "override", entry.id, principal.name, {"from": previous})
+            detail: dict[str, Any] = {"from": previous}
+            if bulk:
+                detail["bulk"] = True
+            await q.audit(project.id, now, "override", entry.id, principal.name, detail)
+            await retire_replaced(q, project, entry, principal.name, now)
             return entry
 
         confirmed = await self.driver.write(unit)
@@ -199,21 +219,198 @@ class Knowledge:
             self.metrics.promotions.labels("owner").inc()
         return confirmed
 
-    async def refute(self, principal: Principal, entry_id: str, reason: str) -> Entry:
+    async def refute(self, principal: Principal, entry_id: str, reason: str, *, bulk: bool = False) -> Entry:
         require(principal, "refute")
         reason = validate_text(reason, "reason", MAX_EVIDENCE)
         project = principal.project
         now = self.clock.now()
+        detail: dict[str, Any] = {"reason": reason, "via": "refute"}
+        if bulk:
+            detail["bulk"] = True
 
         async def unit(q: Queries) -> tuple[Entry, _ContradictOutcome]:
             entry = await self._entry_for_update(q, project, entry_id)
-            outcome = await self._contradict(q, project, entry, principal.name, {"reason": reason, "via": "refute"}, now)
+            outcome = await self._contradict(q, project, entry, principal.name, detail, now)
             return entry, outcome
 
         entry, outcome = await self.driver.write(unit)
         outcome.raise_if_refused()
         self._count_contradiction(outcome.effect)
         return entry
+
+    async def retire(self, principal: Principal, entry_id: str, reason: str | None = None, *, bulk: bool = False) -> Entry:
+        """Retire an entry now: it leaves recall and the review queue in this
+        commit, for good (retired is final).  Audited as `retire`."""
+        require(principal, "retire")
+        reason = optional_text(reason, "reason", MAX_EVIDENCE)
+        project = principal.project
+        now = self.clock.now()
+
+        async def unit(q: Queries) -> Entry:
+            entry = await self._entry_for_update(q, project, entry_id)
+            decision = trust.on_retire(entry.facts(), now)
+            if decision.verdict is trust.Verdict.RETIRED:
+                raise Conflict(decision.reason, code="entry_retired")
+            previous = entry.effective_state(now)
+            await q.set_state(entry, "retired")
+            detail: dict[str, Any] = {"from": previous, "via": "owner"}
+            if reason is not None:
+                detail["reason"] = reason
+            if bulk:
+                detail["bulk"] = True
+            await q.audit(project.id, now, "retire", entry.id, principal.name, detail)
+            return entry
+
+        return await self.driver.write(unit)
+
+    async def set_expiry(
+        self,
+        principal: Principal,
+        entry_id: str,
+        *,
+        ttl_days: float | None = None,
+        expires_at: float | None = None,
+        clear: bool = False,
+    ) -> Entry:
+        """Give a live entry an expiry (days from now or a moment in the
+        future), or none (`clear`).  The state does not change now: the entry
+        reads as retired from that instant, as any expiring entry.  Audited as
+        `retire` with the old and new expiry, since it schedules one."""
+        require(principal, "set_expiry")
+        now = self.clock.now()
+        if clear:
+            if ttl_days is not None or expires_at is not None:
+                raise Invalid("give ttl_days, expires_at, or null to clear the expiry, not several", code="invalid_field")
+            new_expiry = None
+        else:
+            new_expiry = validate_expiry(ttl_days, expires_at, now)
+            if new_expiry is None:
+                raise Invalid("give ttl_days or expires_at (or expires_at: null to clear the expiry)", code="missing_field")
+        project = principal.project
+
+        async def unit(q: Queries) -> Entry:
+            entry = await self._entry_for_update(q, project, entry_id)
+            decision = trust.on_owner_edit(entry.facts(), now)
+            if decision.verdict is trust.Verdict.RETIRED:
+                raise Conflict(decision.reason, code="entry_retired")
+            previous = entry.expires_at
+            await q.set_expiry(entry, new_expiry)
+            await q.audit(
+                project.id,
+                now,
+                "retire",
+                entry.id,
+                principal.name,
+                {"via": "expiry", "expires_at": to_rfc3339(new_expiry), "previous_expires_at": to_rfc3339(previous)},
+            )
+            return entry
+
+        return await self.driver.write(unit)
+
+    async def correct(
+        self,
+        principal: Principal,
+        entry_id: str,
+        statement: str,
+        *,
+        kind: str | None = None,
+        evidence: str | None = None,
+        reason: str | None = None,
+    ) -> Entry:
+        """Write a correction of an entry: a NEW candidate naming the entry it
+        replaces.  The old entry keeps its state until the correction becomes
+        trusted through the gate (K issuers or an owner's confirm); then it
+        retires in that same commit (`gateway.knowledge.corrections`)."""
+        require(principal, "correct")
+        checked_statement = validate_text(statement, "statement", MAX_STATEMENT)
+        checked_kind = validate_kind(kind) if kind is not None else None
+        checked_evidence = optional_text(evidence, "evidence", MAX_EVIDENCE)
+        checked_reason = optional_text(reason, "reason", MAX_EVIDENCE)
+        project = principal.project
+        now = self.clock.now()
+
+        async def unit(q: Queries) -> Entry:
+            old = await self._entry_for_update(q, project, entry_id)
+            decision = trust.on_owner_edit(old.facts(), now)
+            if decision.verdict is trust.Verdict.RETIRED:
+                raise Conflict(decision.reason, code="entry_retired")
+            if trust.normalise_statement(checked_statement) == trust.normalise_statement(old.statement):
+                raise Invalid("a correction must say something else than the entry it replaces", code="unchanged_statement")
+
+            async def within_budget() -> None:
+                refusal = await candidate_refusal(q, project.id, principal.name, self.limits.learn_per_hour, now)
+                if refusal is not None:
+                    raise refusal
+
+            provenance: dict[str, Any] = {"replaces": old.id}
+            if checked_reason is not None:
+                provenance["reason"] = checked_reason
+            entry, duplicate = await write_candidate(
+                q,
+                project,
+                author=principal.name,
+                kind=checked_kind or old.kind,
+                statement=checked_statement,
+                evidence=checked_evidence,
+                via="learn",
+                now=now,
+                provenance=provenance,
+                before_insert=within_budget,
+            )
+            if duplicate:
+                raise Conflict(
+                    f"entry {entry.id} already says this ({entry.effective_state(now)}); retire {old.id} instead, "
+                    "or confirm that entry",
+                    code="statement_exists",
+                    extra={"entry_id": entry.id},
+                )
+            return entry
+
+        return await self.driver.write(unit)
+
+    async def bulk(
+        self, principal: Principal, action: str, entry_ids: object, reason: str | None = None
+    ) -> builtins.list[BulkResult]:
+        """One move on several entries.  Each entry moves in its own
+        transaction with its own audit row (marked `bulk`), through the same
+        function as a single move, so the trust rule is asked for each: a
+        blocked confirm or a spent demotion budget refuses that entry and the
+        others still move.  The level is checked once, before anything."""
+        require(principal, "bulk")
+        if action not in BULK_ACTIONS:
+            raise Invalid(f"action must be one of {', '.join(BULK_ACTIONS)}", code="invalid_field")
+        require(principal, action)
+        if (
+            not isinstance(entry_ids, list)
+            or not entry_ids
+            or len(entry_ids) > MAX_BULK
+            or not all(isinstance(i, str) and 0 < len(i) <= 100 for i in entry_ids)
+        ):
+            raise Invalid(f"entry_ids must be a list of 1 to {MAX_BULK} entry ids", code="invalid_field")
+        if action == "refute":
+            reason = validate_text(reason, "reason", MAX_EVIDENCE)
+        else:
+            reason = optional_text(reason, "reason", MAX_EVIDENCE)
+        results: builtins.list[BulkResult] = []
+        for entry_id in dict.fromkeys(entry_ids):  # once each, in the order given
+            try:
+                if action == "confirm":
+                    entry = await self.confirm(principal, entry_id, bulk=True)
+                elif action == "refute":
+                    assert reason is not None
+                    entry = await self.refute(principal, entry_id, reason, bulk=True)
+                else:
+                    entry = await self.retire(principal, entry_id, reason, bulk=True)
+            except GatewayError as exc:
+                results.append(BulkResult(entry_id, error=exc))
+            else:
+                results.append(BulkResult(entry_id, entry=entry))
+        return results
+
+    async def corrections_of(self, principal: Principal, entry_id: str) -> builtins.list[Entry]:
+        """The corrections written for an entry (owner's view), newest first."""
+        require(principal, "correct")
+        return await self.driver.read(lambda q: q.corrections_of(principal.project.id, entry_id))
 
     # -- agents' events -------------------------------------------------------
 
@@ -287,6 +484,7 @@ class Knowledge:
             return SupportOutcome(entry.id, duplicate=False, promoted=False)
         await q.set_state(entry, "trusted", promoted_at=now, promoted_by="issuers")
         await q.audit(project.id, now, "promote", entry.id, "issuers", {"issuers": sorted(entry.issuers())})
+        await retire_replaced(q, project, entry, "issuers", now)
         return SupportOutcome(entry.id, duplicate=False, promoted=True)
 
     # -- expiry ---------------------------------------------------------------

@@ -10,6 +10,9 @@ the same transaction.  Each function answers one row of the state table:
     candidate, trusted    -> contradicted   an error event or an owner's refute
     candidate, trusted    -> retired        expires_at passed (read as retired at once)
     contradicted          -> trusted        owner confirms once every contradiction is past
+    candidate, trusted,
+      contradicted        -> retired        an owner retires it now (or sets an expiry that passes)
+    replaced entry        -> retired        its correction becomes trusted, by either gate
     anything else         -> never
 """
 
@@ -72,6 +75,8 @@ class Verdict(str, Enum):
     DUPLICATE = "duplicate"
     RETIRED = "retired"
     RATE_LIMITED = "rate_limited"
+    RETIRE = "retire"
+    ALLOWED = "allowed"
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,37 @@ def on_contradict(
     if demotions_in_last_hour >= settings.demotions_per_hour:
         return Decision(Verdict.RATE_LIMITED, reason="demotion budget for this hour is spent")
     return Decision(Verdict.CONTRADICT)
+
+
+def on_retire(entry: EntryFacts, now: float) -> Decision:
+    """An owner retires an entry now.  Any live entry may be retired, a
+    contradicted one too (it leaves the review queue for good); retired is
+    final, so a second retire is refused rather than written twice."""
+    if effective_state(entry.state, entry.expires_at, now) == "retired":
+        return Decision(Verdict.RETIRED, reason="the entry is already retired; retired is final")
+    return Decision(Verdict.RETIRE)
+
+
+def on_owner_edit(entry: EntryFacts, now: float) -> Decision:
+    """An owner changes an entry's expiry or writes a correction of it.
+    Neither changes the entry's state: an expiry only says when the entry
+    retires, and a correction is a new candidate that must pass the gate.
+    A retired entry is final: it takes neither."""
+    if effective_state(entry.state, entry.expires_at, now) == "retired":
+        return Decision(Verdict.RETIRED, reason="the entry is retired; retired is final")
+    return Decision(Verdict.ALLOWED)
+
+
+def leaves_trust_when_replaced(replaced: EntryFacts) -> bool:
+    """A correction became trusted: the entry it replaces retires, whatever
+    its state (a trusted one leaves recall; a candidate or contradicted one
+    is settled), unless its retirement is written down already (an expired
+    one not yet swept is written down now).  The correction reached trust
+    through the gate (K issuers or an owner), so this move adds no trust."""
+    return replaced.state != "retired"
+
+
+MAX_REPLACEMENT_CHAIN = 20
 
 
 def contradiction_until(now: float, settings: TrustSettings) -> float:

@@ -78,7 +78,7 @@ def recalled(entry: Entry, score: float) -> RecalledEntry:
         evidence=entry.evidence,
         score=round(score, 6),
         trusted_since=to_rfc3339(entry.promoted_at),
-        issuers=sorted(entry.issuers()),
+        issuers=entry.vouched_by(),
     )
 
 

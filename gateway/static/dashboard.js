@@ -11,3 +11,18 @@ document.addEventListener("keydown", (event) => {
     search.select();
   }
 });
+
+// "All on this page" picks every entry box for the Knowledge tab's bulk form;
+// without the script the box stays hidden and each entry is picked by hand.
+document.addEventListener("DOMContentLoaded", () => {
+  const all = document.querySelector("input[data-pick-all]");
+  if (!(all instanceof HTMLInputElement)) return;
+  const boxes = () => Array.from(document.querySelectorAll('input.pick[form="bulk-form"]'));
+  all.closest("label").hidden = false;
+  all.addEventListener("change", () => boxes().forEach((box) => { box.checked = all.checked; }));
+  document.addEventListener("change", (event) => {
+    if (event.target instanceof HTMLInputElement && event.target.matches('input.pick[form="bulk-form"]')) {
+      all.checked = boxes().every((box) => box.checked);
+    }
+  });
+});

@@ -5,7 +5,8 @@ Pages are rendered on the server (Jinja2, autoescaped); the only script is a
 static file that puts "/" on the page's search box, and every page works
 without it.  Every owner action posts a form carrying a CSRF token and calls
 the same core function as the REST API (`hub.knowledge.confirm`,
-`hub.knowledge.refute`, ...).
+`hub.knowledge.refute`, ...).  The owner's other moves are in
+`dashboard_moves`, the project's tokens in `dashboard_tokens`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from gateway.knowledge import trust
+from gateway.knowledge.corrections import replaced_id
 from gateway.core.errors import Conflict, Forbidden, GatewayError, Unauthorized
 from gateway.accounts.tokens import digest
 from gateway.web.api import audit_page
@@ -32,7 +34,9 @@ from gateway.web.dashboard_base import (
     view,
     with_notice,
 )
+from gateway.web.dashboard_moves import routes as move_routes
 from gateway.web.dashboard_review import routes as review_routes
+from gateway.web.dashboard_tokens import routes as token_routes
 from gateway.web.html import STATIC_DIR, page
 from gateway.web.inputs import hub_of, query_str
 from gateway.web.session import (
@@ -190,6 +194,7 @@ async def entry_page(request: Request) -> Response:
         return rows, await q.entry_recall_stats(entry.seq)
 
     rows, (returned, used) = await hub.driver.read(unit)
+    corrections = await hub.knowledge.corrections_of(principal, entry.id)
     until = trust.blocked_until([c.to_rule() for c in entry.contradictions], now)
     ctx = await context(
         request,
@@ -201,6 +206,9 @@ async def entry_page(request: Request) -> Response:
         used=used,
         k=project.settings.k_distinct_issuers,
         blocked_until=until,
+        corrections=corrections,
+        replaces=replaced_id(entry),
+        kinds=trust.KINDS,
     )
     return page("entry.html", ctx)
 
@@ -286,11 +294,13 @@ routes = [
     Route("/login", login, methods=["POST"]),
     Route("/logout", logout, methods=["GET", "POST"]),
     Route(P, project_home, methods=["GET"]),
+    *move_routes,
     Route(f"{P}/knowledge", knowledge, methods=["GET"]),
     Route(f"{P}/entries/{{entry_id}}", entry_page, methods=["GET"]),
     Route(f"{P}/entries/{{entry_id}}/confirm", confirm, methods=["POST"]),
     Route(f"{P}/entries/{{entry_id}}/refute", refute, methods=["POST"]),
     Route(f"{P}/audit", audit, methods=["GET"]),
     *review_routes,
+    *token_routes,
     Mount("/static", app=StaticFiles(directory=str(STATIC_DIR)), name="static"),
 ]

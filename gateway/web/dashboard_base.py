@@ -14,6 +14,7 @@ from gateway.core.errors import Forbidden, GatewayError, NotFound, Unauthorized
 from gateway.web.html import SECURITY_HEADERS, error_page, wants_html
 from gateway.web.session import Session, csrf_token, form_fields, load_session, require_csrf, signing_key
 from gateway.web.inputs import hub_of
+from gateway.web.labels import issuer_label, labeller
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -27,7 +28,28 @@ NOTICES = {
     "settings_saved": "Saved: the project settings are changed (audit row: settings).",
     "settings_unchanged": "Nothing changed: every setting already had that value.",
     "signed_out": "Signed out.",
+    "retired": "Retired: the entry left recall and stays retired (audit row: retire).",
+    "expiry_set": "Expiry set: the entry retires at 00:00 UTC on that day (audit row: retire).",
+    "expiry_cleared": "Expiry cleared: the entry no longer expires (audit row: retire).",
+    "corrected": "Correction written as a candidate. The entry it replaces stays as it is until this one is trusted; confirm it to make the switch.",
+    "bulk_confirm": "Confirmed {count}: each is now trusted (one override row each).",
+    "bulk_refute": "Refuted {count}: each is now contradicted.",
+    "bulk_retire": "Retired {count}: each left recall.",
+    "token_revoked": "Revoked: the token no longer works, and any session signed in with it has ended.",
 }
+
+
+def _plural_entries(count: int) -> str:
+    return f"{count} {'entry' if count == 1 else 'entries'}"
+
+
+def _notice_text(params: Any) -> str | None:
+    text = NOTICES.get(params.get("notice", ""))
+    if text is None or "{count}" not in text:
+        return text
+    raw = params.get("count", "")
+    count = int(raw) if raw.isdigit() and len(raw) < 6 else 0
+    return text.replace("{count}", _plural_entries(count))
 
 
 class SignInNeeded(Exception):
@@ -91,7 +113,7 @@ async def owner_post(request: Request) -> tuple[Session, dict[str, str]]:
 async def context(request: Request, session: Session | None, tab: str = "", **extra: Any) -> dict[str, Any]:
     hub = hub_of(request)
     key = await signing_key(hub)
-    notice = NOTICES.get(request.query_params.get("notice", ""))
+    notice = _notice_text(request.query_params)
     return {
         "session": session,
         "project": session.principal.project.slug if session else None,
@@ -101,6 +123,8 @@ async def context(request: Request, session: Session | None, tab: str = "", **ex
         "notice_entry": request.query_params.get("entry", "")[:100] if notice else "",
         "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         "now": hub.clock.now(),
+        # Issuer identities as people name them, from the project's check map in force.
+        "issuer_label": labeller(hub.checkmaps, session.principal.project.slug) if session else issuer_label,
         **extra,
     }
 
@@ -119,11 +143,13 @@ def safe_back(back: str | None, slug: str, default: str) -> str:
     return back
 
 
-def with_notice(path: str, notice: str, entry_id: str | None = None) -> str:
+def with_notice(path: str, notice: str, entry_id: str | None = None, *, count: int | None = None) -> str:
     base, _, query = path.partition("?")
-    params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in ("notice", "entry")]
+    params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k not in ("notice", "entry", "count")]
     params.append(("notice", notice))
     if entry_id:
         params.append(("entry", entry_id))
+    if count is not None:
+        params.append(("count", str(count)))
     return f"{base}?{urlencode(params)}"
 

@@ -19,17 +19,22 @@ from gateway.web import charts
 from gateway.web.dashboard_base import context, owner_post, owner_session, redirect, view, with_notice
 from gateway.web.html import page
 from gateway.web.inputs import hub_of, query_int, query_str
+from gateway.web.labels import SETTING_LABELS, bindings_of
 
 DEFAULT_REJECT_REASON = "rejected by the project owner in the dashboard"
 LEARNING_WINDOWS = (7, 30, 90)
 HALF_CHART = 520  # about the drawn width in pixels, so chart text stays at its CSS size
 FULL_CHART = 1080
+RECENT_RUNS = 5  # attestations listed under each check, each linked to its run
 SETTING_HELP = {
-    "k_distinct_issuers": "Distinct promoting issuers (CI systems, owners) whose support makes a candidate trusted.",
-    "window_days": "Days a contradiction blocks promotion and an owner's confirm.",
-    "playbook_min_trusted": "Trusted entries needed before RELAYROOM.md lists project knowledge.",
+    "k_distinct_issuers": "How many distinct CI systems must support a candidate before it is trusted. "
+    "Your own confirm is enough alone, whatever K is.",
+    "window_days": "How long a contradiction blocks promotion and your confirm. "
+    "Each contradiction keeps the window in force when it was recorded.",
+    "playbook_min_trusted": "RELAYROOM.md lists project knowledge only once the project has this many trusted entries.",
     "playbook_top_n": "How many trusted entries RELAYROOM.md lists, most used first.",
-    "demotions_per_hour": "Contradictions one principal may record per hour.",
+    "demotions_per_hour": "How many contradictions one principal (an agent, or you) may record in an hour; "
+    "over it, a refutation is refused and written down once.",
 }
 
 
@@ -85,8 +90,24 @@ async def checks(request: Request) -> Response:
     hub = hub_of(request)
     session = await owner_session(request)
     project = session.principal.project
-    report = await checks_report(hub.driver, project, hub.clock.now(), hub.checkmaps)
-    ctx = await context(request, session, "checks", report=report, outcomes=OUTCOMES)
+    now = hub.clock.now()
+    report = await checks_report(hub.driver, project, now, hub.checkmaps)
+    recent: dict[str, list[dict[str, Any]]] = {}
+    for row in await hub.driver.read(lambda q: q.recent_attestations(project.id, RECENT_RUNS)):
+        recent.setdefault(row["check_name"], []).append(row)
+    candidates, _ = await hub.knowledge.list(session.principal, state="candidate", limit=3)
+    ctx = await context(
+        request,
+        session,
+        "checks",
+        report=report,
+        outcomes=OUTCOMES,
+        recent=recent,
+        has_bindings=bool(bindings_of(hub.checkmaps, project.slug)),
+        gateway_url=str(request.base_url).rstrip("/"),
+        audience=hub.config.audience,
+        example_ids=[e.id for e in candidates],
+    )
     return page("checks.html", ctx)
 
 
@@ -165,12 +186,13 @@ async def settings(request: Request) -> Response:
     fields = [
         {
             "name": name,
-            "value": values[name],
+            "value": f"{values[name]:g}" if isinstance(values[name], float) else values[name],
             "step": "1" if kind is int else "any",
             "min": minimum,
             "max": maximum,
             "wanted": wanted,
             "help": SETTING_HELP.get(name, ""),
+            "label": SETTING_LABELS.get(name, name),
         }
         for name, (kind, minimum, maximum, wanted) in SETTING_RULES.items()
     ]

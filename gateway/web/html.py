@@ -9,16 +9,21 @@ origin only: no inline script, no inline style, no framing.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from gateway.core.clock import to_date, to_rfc3339
 from gateway.core.errors import GatewayError
+from gateway.web.audit_text import contradiction_reason, describe
 from gateway.web.errors import gateway_error_response
+from gateway.web.labels import SETTING_LABELS, plural
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
@@ -70,6 +75,34 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.0f}%"
 
 
+_BREAK_AFTER = re.compile(r"([/_.:-])")
+MAX_LINK = 2000
+
+
+def _soft_breaks(value: Any) -> Markup:
+    """Escaped text with a line-break opportunity after / - _ . : so that a
+    long check name or id wraps between its words, never inside one."""
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(escape(value))))
+
+
+def _http_url(value: Any) -> str | None:
+    """The URL if it is an absolute http(s) link a person may follow, else
+    None.  A run_url comes from CI's request body: a `javascript:` or
+    `data:` URL, or one with spaces or control characters, is never a link
+    (the template shows such a value as text, escaped)."""
+    if not isinstance(value, str) or not value or len(value) > MAX_LINK:
+        return None
+    if any(ord(ch) <= 32 or ord(ch) == 127 for ch in value):
+        return None
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return None
+    return value
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(str(TEMPLATES_DIR)),
@@ -82,6 +115,12 @@ def _environment() -> Environment:
     env.filters["rfc3339"] = to_rfc3339
     env.filters["compact_json"] = _compact_json
     env.filters["percent"] = _percent
+    env.filters["plural"] = plural
+    env.filters["soft_breaks"] = _soft_breaks
+    env.filters["http_url"] = _http_url
+    env.filters["contradiction_reason"] = contradiction_reason
+    env.filters["audit_text"] = lambda row: describe(row.get("action", ""), row.get("detail"))
+    env.globals["setting_labels"] = SETTING_LABELS
     return env
 
 

@@ -15,6 +15,7 @@ from gateway.accounts.service import SETTING_RULES
 from gateway.knowledge.inputs import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
 from gateway.recall.learning import MAX_DAYS
 from gateway.knowledge.proposals import PROPOSAL_STATES
+from gateway.knowledge.service import BULK_ACTIONS, MAX_BULK
 from gateway.recall.service import MAX_LIMIT as MAX_RECALL
 from gateway.recall.search import MAX_QUERY_CHARS
 from gateway.knowledge.trust import CREATED_VIA, KINDS, STATES
@@ -54,6 +55,7 @@ ENTRY = _obj(
         "promoted_at": NULLABLE_TIME,
         "promoted_by": {"type": "string", "nullable": True},
         "distinct_issuers": {"type": "integer", "minimum": 0},
+        "vouched_by": {"type": "array", "items": STRING, "description": "the CI issuers supporting the entry, sorted, then owner:<name> when an owner's confirm made it trusted"},
         "supports": {"type": "array", "items": _obj(["issuer", "source", "at"], {"issuer": STRING, "source": STRING, "attestation_id": {"type": "string", "nullable": True}, "at": TIME}, additional=True)},
         "contradictions": {"type": "array", "items": _obj(["by", "at"], {"by": STRING, "detail": {}, "at": TIME}, additional=True)},
         "duplicate": {"type": "boolean"},
@@ -74,6 +76,40 @@ LEARN = _obj(
 )
 EVENT = _obj(["type", "detail"], {"type": {"type": "string", "minLength": 1, "maxLength": MAX_EVENT_TYPE}, "detail": {"type": "object"}})
 REASON = _obj(["reason"], {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE}})
+OPTIONAL_REASON = _obj([], {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE}})
+EXPIRY = _obj(
+    [],
+    {
+        "ttl_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": int(MAX_TTL_DAYS)},
+        "expires_at": {"type": "string", "format": "date-time", "nullable": True},
+    },
+)
+CORRECTION = _obj(
+    ["statement"],
+    {
+        "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT},
+        "kind": {"type": "string", "enum": list(KINDS)},
+        "evidence": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE},
+        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE},
+    },
+)
+BULK = _obj(
+    ["action", "entry_ids"],
+    {
+        "action": {"type": "string", "enum": list(BULK_ACTIONS)},
+        "entry_ids": {"type": "array", "minItems": 1, "maxItems": MAX_BULK, "items": {"type": "string", "minLength": 1, "maxLength": 100}},
+        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE},
+    },
+)
+BULK_RESULT = _obj(
+    ["action", "moved", "refused", "results"],
+    {
+        "action": STRING,
+        "moved": {"type": "integer", "minimum": 0},
+        "refused": {"type": "integer", "minimum": 0},
+        "results": {"type": "array", "items": _obj(["entry_id", "ok"], {"entry_id": STRING, "ok": {"type": "boolean"}, "entry": ENTRY, "error": ERROR["properties"]["error"]})},
+    },
+)
 RECALL_USED = _obj(["recall_id", "entry_id"], {"recall_id": STRING, "entry_id": STRING})
 # The ranges come from the one table PATCH settings is checked against.
 SETTINGS = _obj(
@@ -126,6 +162,17 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("get", "/v1/projects/{project}/entries/{entry_id}", "read", "One entry", None, [_path("entry_id")], 200, ENTRY),
     ("post", "/v1/projects/{project}/entries/{entry_id}/confirm", "owner", "Owner confirms (promotes alone)", None, [_path("entry_id")], 200, ENTRY),
     ("post", "/v1/projects/{project}/entries/{entry_id}/refute", "owner", "Owner refutes (contradicts)", REASON, [_path("entry_id")], 200, ENTRY),
+    ("post", "/v1/projects/{project}/entries/{entry_id}/retire", "owner",
+     "Owner retires an entry now (it leaves recall in this commit; retired is final). Audit row: retire", OPTIONAL_REASON, [_path("entry_id")], 200, ENTRY),
+    ("post", "/v1/projects/{project}/entries/{entry_id}/expiry", "owner",
+     "Owner sets an entry's expiry (ttl_days from now, or expires_at in the future; expires_at null clears it). Audit row: retire",
+     EXPIRY, [_path("entry_id")], 200, ENTRY),
+    ("post", "/v1/projects/{project}/entries/{entry_id}/correct", "owner",
+     "Owner corrects a statement: a new candidate that replaces this entry once it is trusted. 409 statement_exists if the statement already is a live entry",
+     CORRECTION, [_path("entry_id")], 201, ENTRY),
+    ("post", "/v1/projects/{project}/entries/bulk", "owner",
+     "Confirm, refute or retire several entries: each moves (or is refused) on its own, with its own audit row",
+     BULK, [], 200, BULK_RESULT),
     ("post", "/v1/projects/{project}/events", "write", "Post an event; an error with detail.contradicts demotes", EVENT, [], 202,
      _obj(["event_id", "effect"], {"event_id": STRING, "effect": {"type": "string", "enum": ["contradicted", "duplicate", "none"]}})),
     ("get", "/v1/projects/{project}/recall", "read", "Recall trusted, unexpired entries, best first", None,
@@ -172,7 +219,7 @@ def spec() -> S:
     for method, path, level, summary, body, params, status, schema in OPERATIONS:
         op: S = {
             "summary": summary,
-            "description": f"Needs a {level} token (or higher) of the project.",
+            "description": f"Needs {'an' if level == 'owner' else 'a'} {level} token (or higher) of the project.",
             "security": [{"projectToken": []}],
             "parameters": [PROJECT, *params],
             "responses": {str(status): {"description": "success"}, **_errors()},

@@ -1,5 +1,6 @@
-"""REST routes of the owner's side: thread messages, reflection proposals,
-and the learning figures (docs/security.md, Limits)."""
+"""REST routes of the owner's side: the owner's moves beyond confirm and
+refute (retire, expiry, correction, several entries at once), thread
+messages, reflection proposals, and the learning figures."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.core.clock import parse_rfc3339
+from gateway.core.errors import Invalid
 from gateway.knowledge.permissions import require
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.knowledge.threads import Threads
@@ -16,6 +19,73 @@ from gateway.web.api import created_entry
 from gateway.web.inputs import hub_of, json_body, principal_for, query_int, query_str
 from gateway.web.responses import JSONResponse
 
+
+
+def _moment(value: Any, field: str) -> float:
+    try:
+        return parse_rfc3339(value)
+    except (ValueError, TypeError, OverflowError):
+        raise Invalid(f"{field} must be an RFC 3339 timestamp such as 2026-12-31T00:00:00Z", code="invalid_field") from None
+
+
+async def retire_entry(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "retire")
+    body = await json_body(request, optional=("reason",), allow_empty=True)
+    hub = hub_of(request)
+    entry = await hub.knowledge.retire(principal, request.path_params["entry_id"], body.get("reason"))
+    return JSONResponse(entry.to_json(hub.clock.now()))
+
+
+async def entry_expiry(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "set_expiry")
+    body = await json_body(request, optional=("ttl_days", "expires_at"))
+    if not body:
+        raise Invalid("give ttl_days, or expires_at (null clears the expiry)", code="missing_field")
+    clear = "expires_at" in body and body["expires_at"] is None
+    expires_at = _moment(body["expires_at"], "expires_at") if body.get("expires_at") is not None else None
+    hub = hub_of(request)
+    entry = await hub.knowledge.set_expiry(
+        principal, request.path_params["entry_id"], ttl_days=body.get("ttl_days"), expires_at=expires_at, clear=clear
+    )
+    return JSONResponse(entry.to_json(hub.clock.now()))
+
+
+async def correct_entry(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "correct")
+    body = await json_body(request, required=("statement",), optional=("kind", "evidence", "reason"))
+    hub = hub_of(request)
+    entry = await hub.knowledge.correct(
+        principal,
+        request.path_params["entry_id"],
+        body["statement"],
+        kind=body.get("kind"),
+        evidence=body.get("evidence"),
+        reason=body.get("reason"),
+    )
+    return JSONResponse(entry.to_json(hub.clock.now()), status_code=201)
+
+
+async def bulk_entries(request: Request) -> Response:
+    principal = await principal_for(request, request.path_params["project"])
+    require(principal, "bulk")
+    body = await json_body(request, required=("action", "entry_ids"), optional=("reason",))
+    hub = hub_of(request)
+    results = await hub.knowledge.bulk(principal, body["action"], body["entry_ids"], body.get("reason"))
+    now = hub.clock.now()
+    items: list[dict[str, Any]] = []
+    for result in results:
+        if result.entry is not None:
+            items.append({"entry_id": result.entry_id, "ok": True, "entry": result.entry.to_json(now)})
+        else:
+            assert result.error is not None
+            # The contract's error body, per entry: the same code and message a single move answers.
+            error = {"code": result.error.code, "message": result.error.message, **result.error.extra}
+            items.append({"entry_id": result.entry_id, "ok": False, "error": error})
+    moved = sum(1 for r in results if r.entry is not None)
+    return JSONResponse({"action": body["action"], "moved": moved, "refused": len(results) - moved, "results": items})
 
 
 async def post_message(request: Request) -> Response:
@@ -75,6 +145,10 @@ async def learning(request: Request) -> Response:
 P = "/v1/projects/{project}"
 
 routes = [
+    Route(f"{P}/entries/bulk", bulk_entries, methods=["POST"]),
+    Route(f"{P}/entries/{{entry_id}}/retire", retire_entry, methods=["POST"]),
+    Route(f"{P}/entries/{{entry_id}}/expiry", entry_expiry, methods=["POST"]),
+    Route(f"{P}/entries/{{entry_id}}/correct", correct_entry, methods=["POST"]),
     Route(f"{P}/threads/{{thread_id}}/messages", post_message, methods=["POST"]),
     Route(f"{P}/proposals", proposals, methods=["GET", "POST"]),
     Route(f"{P}/proposals/{{proposal_id}}/approve", approve, methods=["POST"]),

@@ -45,7 +45,8 @@ LOGIN_COOKIE = "rr_login_csrf"
 CSRF_FIELD = "csrf_token"
 FORM_BODY_LIMIT = 256 * 1024
 MAX_COOKIE_CHARS = 512
-MAX_FORM_FIELDS = 50
+# A page of 50 entries picked for one move, plus the form's own fields.
+MAX_FORM_FIELDS = 120
 
 
 async def signing_key(hub: "Hub") -> bytes:

@@ -70,9 +70,12 @@ class Seeded:
         return self.run(read())
 
     def promotion_rows(self) -> int:
+        return self.audit_count("'promote', 'override'")
+
+    def audit_count(self, actions: str) -> int:
         async def read() -> int:
             rows = await self.hub.driver.read(
-                lambda q: q.tx.all("SELECT COUNT(*) AS n FROM audit WHERE action IN ('promote', 'override')")
+                lambda q: q.tx.all(f"SELECT COUNT(*) AS n FROM audit WHERE action IN ({actions})")
             )
             return int(rows[0]["n"])
 
@@ -206,9 +209,12 @@ def fuzz(seeded: Seeded, level: str) -> int:
 def test_fuzz_every_operation(seeded: Seeded, level: str) -> None:
     trusted_before = seeded.trusted()
     promotions_before = seeded.promotion_rows()
+    retires_before = seeded.audit_count("'retire'")
     sent = fuzz(seeded, level)
     assert sent >= 100
     if level in ("read", "write"):
         # Nothing an agent can send makes an entry trusted.
         assert seeded.trusted() <= trusted_before
         assert seeded.promotion_rows() == promotions_before
+        # Nor retires one, changes its expiry, or writes a correction that would.
+        assert seeded.audit_count("'retire'") == retires_before

@@ -107,7 +107,8 @@ async def test_recall_returns_only_trusted_unexpired_entries_as_structured_conte
     assert [e["id"] for e in answer["entries"]] == [kept]
     entry = answer["entries"][0]
     assert entry["kind"] == "convention" and entry["statement"].startswith("Database migrations")
-    assert entry["score"] > 0 and entry["trusted_since"].endswith("Z") and entry["issuers"] == []
+    assert entry["score"] > 0 and entry["trusted_since"].endswith("Z")
+    assert entry["issuers"] == ["owner:olivia"]  # who confirmed it: an owner vouches too
     assert answer["recall_id"].startswith("rc")
 
 

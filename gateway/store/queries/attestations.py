@@ -129,3 +129,18 @@ class AttestationQueries(QueryBase):
             project_id,
         )
         return {r["check_name"]: r["reason"] for r in rows}
+
+    async def recent_attestations(self, project_id: int, per_check: int = 5) -> list[dict[str, Any]]:
+        """The latest `per_check` attestations of each check, newest first
+        within a check (the Checks page links each to its run)."""
+        rows = await self.tx.all(
+            "SELECT id, issuer, check_name, outcome, counted, reason, run_url, at FROM ("
+            "SELECT id, issuer, check_name, outcome, counted, reason, run_url, at, seq, "
+            "ROW_NUMBER() OVER (PARTITION BY check_name ORDER BY seq DESC) AS rank_in_check "
+            "FROM attestations WHERE project_id = ?) ranked WHERE rank_in_check <= ? ORDER BY check_name, seq DESC",
+            project_id,
+            per_check,
+        )
+        for row in rows:
+            row["counted"] = bool(row["counted"])
+        return rows

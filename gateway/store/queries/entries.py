@@ -196,6 +196,28 @@ class EntryQueries(QueryBase):
         elif state != "trusted" and was_indexed:
             await self.index.remove(entry)
 
+    async def set_expiry(self, entry: Entry, expires_at: float | None) -> None:
+        """An owner's new expiry.  Recall checks expiry at query time, so the
+        index needs no change: the entry leaves recall at that instant."""
+        await self.tx.run("UPDATE entries SET expires_at = ? WHERE seq = ?", expires_at, entry.seq)
+        entry.expires_at = expires_at
+
+    async def corrections_of(self, project_id: int, entry_id: str, limit: int = 20) -> list[Entry]:
+        """The entries written as corrections of `entry_id`, newest first.
+        The link lives in the correction's provenance (`{"replaces": id}`),
+        so this reads the provenance text and checks the parsed value."""
+        escaped = entry_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            "WHERE e.project_id = ? AND e.provenance LIKE ? ESCAPE '\\' ORDER BY e.seq DESC LIMIT ?",
+            project_id,
+            f'%"replaces":"{escaped}"%',
+            limit,
+        )
+        entries = [e for e in (_entry(r) for r in rows) if (e.provenance or {}).get("replaces") == entry_id]
+        await self.attach(entries)
+        return entries
+
     async def expired_live_entries(self, now: float, limit: int = 500) -> list[Entry]:
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "

@@ -192,3 +192,132 @@ def test_agent_tokens_cannot_sign_in_in_the_browser(live_server: Any, page: Any)
         assert page.url.endswith("/login")
     page.goto(f"{live_server.url}/projects/acme/knowledge")
     assert "/login" in page.url
+
+
+# -- the owner's day: picked entries, a correction, tokens, the Checks page ----------------------
+
+CHECK = "staging-migrations/postgres_15.upgrade"
+
+# Where each rendered line of `selector`'s text starts: true when every line
+# after the first starts right after a separator, i.e. the name wrapped
+# between its words, never inside one.
+WRAPS_BETWEEN_WORDS = """(selector) => {
+  const el = document.querySelector(selector);
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  const chars = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i); range.setEnd(node, i + 1);
+      const rect = range.getClientRects()[0];
+      if (rect) chars.push([node.data[i], rect.top]);
+    }
+  }
+  let lines = 1, ok = true;
+  for (let i = 1; i < chars.length; i++) {
+    if (chars[i][1] > chars[i - 1][1] + 2) { lines++; if (!"/-_.:".includes(chars[i - 1][0])) ok = false; }
+  }
+  return {lines, ok};
+}"""
+
+
+async def _seed_owner_day(hub: Any, checkmap_dir: Path) -> dict[str, Any]:
+    from gateway.core.ids import new_id
+
+    seeded = await _seed(hub)
+    ids = seeded["ids"]
+    owner = await hub.accounts.authenticate(seeded["tokens"]["owner"])
+    await hub.knowledge.confirm(owner, ids["convention"])
+    (checkmap_dir / "acme.yaml").write_text(
+        "project: acme\nissuers:\n  - provider: github-actions\n    issuer: http://127.0.0.1:9101\n"
+        '    repository: acme/api\n    repository_id: "123456"\n    refs: [refs/heads/main]\n'
+        f"checks:\n  {CHECK}:\n    supports: [{ids['to_confirm']}]\n"
+    )
+    hub.checkmaps.reload()
+    project = await hub.accounts.project("acme")
+    for url in ("https://github.com/acme/api/actions/runs/42", "javascript:window.__owned=1"):
+        now = hub.clock.now()
+        await hub.driver.write(
+            lambda q, url=url, now=now: q.insert_attestation(
+                new_id("at"), project.id, "oidc:127.0.0.1:9101:acme", CHECK, "success", True, None, {}, url, now
+            )
+        )
+    return seeded
+
+
+def test_an_owners_day_in_a_real_browser(live_server: Any, page: Any, checkmap_dir: Path) -> None:
+    seeded = live_setup(live_server, lambda hub: _seed_owner_day(hub, checkmap_dir))
+    ids, base = seeded["ids"], live_server.url
+    _sign_in(page, base, seeded["tokens"]["owner"])
+    page.wait_for_url(re.compile(r"/projects/acme/knowledge$"))
+    assert "5 entries." in page.locator(".page-head").inner_text()
+
+    # the owner-confirmed entry says who confirmed it
+    assert "olivia (owner" in _entry(page, ids["convention"]).inner_text()
+
+    # pick two candidates and confirm both at once
+    _entry(page, ids["to_confirm"]).locator("input.pick").check()
+    _entry(page, ids["to_refute"]).locator("input.pick").check()
+    page.select_option("#bulk-form select[name=action]", "confirm")
+    page.get_by_role("button", name="Apply to picked").click()
+    page.wait_for_url(re.compile(r"notice=bulk_confirm"))
+    assert "Confirmed 2 entries" in page.locator(".notice").inner_text()
+    for key in ("to_confirm", "to_refute"):
+        assert _entry(page, ids[key]).get_attribute("data-state") == "trusted"
+
+    # "All on this page" (a progressive touch) picks every live entry's box
+    page.locator("input[data-pick-all]").check()
+    assert page.locator('input.pick[form="bulk-form"]:checked').count() == page.locator('input.pick[form="bulk-form"]').count() == 5
+    page.locator("input[data-pick-all]").uncheck()
+    assert page.locator('input.pick[form="bulk-form"]:checked').count() == 0
+
+    # correct a trusted statement: a candidate first, and the old one retires once it is confirmed
+    page.goto(f"{base}/projects/acme/entries/{ids['to_refute']}")
+    page.fill(".correct-form textarea[name=statement]", "The staging database resets every Sunday at 03:00 UTC.")
+    page.fill(".correct-form input[name=reason]", "it does reset")
+    page.get_by_role("button", name="Write correction").click()
+    page.wait_for_url(re.compile(r"notice=corrected"))
+    article = page.locator("article.entry-page")
+    assert article.get_attribute("data-state") == "candidate"
+    assert "correction of" in article.inner_text()
+    article.get_by_role("button", name="Confirm").click()
+    page.wait_for_url(re.compile(r"notice=confirmed"))
+    page.goto(f"{base}/projects/acme/entries/{ids['to_refute']}")
+    assert page.locator("article.entry-page").get_attribute("data-state") == "retired"
+
+    # make a token, see it once, revoke it
+    page.get_by_role("link", name="Tokens").click()
+    page.fill("input[name=name]", "ci-bot")
+    page.select_option(".token-form select[name=level]", "read")
+    page.get_by_role("button", name="Make token").click()
+    secret = page.locator("[data-secret]").inner_text().strip()
+    assert secret.startswith("rr_")
+    page.goto(f"{base}/projects/acme/tokens")
+    assert page.locator("[data-secret]").count() == 0 and secret not in page.content()
+    row = page.locator('tr[data-principal="ci-bot"]')
+    assert row.get_attribute("data-state") == "active"
+    row.get_by_role("button", name=re.compile("^Revoke")).click()
+    page.wait_for_url(re.compile(r"notice=token_revoked"))
+    assert page.locator('tr[data-principal="ci-bot"]').get_attribute("data-state") == "revoked"
+
+    # the Checks page: issuers as people name them, each run linked (http(s) only), names wrap between words
+    page.get_by_role("link", name="Checks").click()
+    section = page.locator(f'section.check[data-check="{CHECK}"]')
+    assert "GitHub Actions · acme/api" in section.locator("table.issuer-table").inner_text()
+    assert "oidc:127.0.0.1" not in section.inner_text()
+    assert section.locator("a.run-link").count() == 1
+    assert section.locator("a.run-link").get_attribute("href") == "https://github.com/acme/api/actions/runs/42"
+    page.set_viewport_size({"width": 360, "height": 800})
+    wrap = page.evaluate(WRAPS_BETWEEN_WORDS, f'section.check[data-check="{CHECK}"] h2')
+    assert wrap["lines"] >= 2 and wrap["ok"], wrap
+
+    # the audit ledger reads as sentences
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.get_by_role("link", name="Audit").click()
+    ledger = page.locator("table.audit-table").inner_text()
+    assert "Confirmed by the owner (was candidate) (one of several entries moved at once)." in ledger
+    assert "Revoked a read token for ci-bot." in ledger
+    assert '{"' not in ledger
+
+    assert page.evaluate("window.__owned") is None
+    assert page.csp_violations == []  # type: ignore[attr-defined]

@@ -1,0 +1,74 @@
+"""Names as people say them, for the pages: settings, issuers, counts.
+
+An issuer identity (`oidc:token.actions.githubusercontent.com:acme`) is exact
+and what the ledger keeps; a person reads "GitHub Actions · acme/api".  The
+label comes from the check map in force (its bindings name the provider and
+the repository for people), else from the identity's host; the identity
+itself stays on the page as the element's title.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from gateway.ci.checkmaps.model import GITHUB_ISSUER, GITLAB_ISSUER, Binding, issuer_host
+
+SETTING_LABELS = {
+    "k_distinct_issuers": "Issuers needed to trust an entry (K)",
+    "window_days": "Contradiction window, in days",
+    "playbook_min_trusted": "Trusted entries before RELAYROOM.md lists knowledge",
+    "playbook_top_n": "Entries RELAYROOM.md lists",
+    "demotions_per_hour": "Demotions per principal per hour",
+}
+
+PROVIDER_NAMES = {"github-actions": "GitHub Actions", "gitlab": "GitLab"}
+WELL_KNOWN_HOSTS = {issuer_host(GITHUB_ISSUER): "GitHub Actions", issuer_host(GITLAB_ISSUER): "GitLab"}
+
+
+def _binding_detail(binding: Binding) -> str | None:
+    if binding.provider == "github-actions":
+        return binding.repository or (f"repository #{binding.repository_id}" if binding.repository_id else None)
+    if binding.provider == "gitlab":
+        # `project_path` of a gitlab binding is read into `repository`, its label for people.
+        return binding.repository or (f"project #{binding.project_id}" if binding.project_id else None)
+    if binding.provider == "oidc":
+        return binding.subject
+    return None
+
+
+def issuer_label(identity: str, bindings: Iterable[Binding] = ()) -> str:
+    """A person's name for an issuer identity (or an owner, `owner:<name>`)."""
+    if identity.startswith("owner:"):
+        return f"{identity[len('owner:'):]} (owner)"
+    scheme, _, rest = identity.partition(":")
+    if scheme == "webhook":
+        source = rest.rsplit(":", 1)[0] if ":" in rest else rest
+        return f"Webhook {source}"
+    if scheme != "oidc" or ":" not in rest:
+        return identity
+    host = rest.rsplit(":", 1)[0]
+    matching = [b for b in bindings if b.provider != "webhook" and b.identity == identity]
+    provider = next((PROVIDER_NAMES[b.provider] for b in matching if b.provider in PROVIDER_NAMES), None)
+    # A GitHub Enterprise Server or self-hosted GitLab reads as its provider;
+    # the pages keep the exact identity (host included) as the title.
+    name = provider or WELL_KNOWN_HOSTS.get(host) or f"CI at {host}"
+    details = sorted({d for d in (_binding_detail(b) for b in matching) if d})
+    return f"{name} · {', '.join(details)}" if details else name
+
+
+def bindings_of(registry: Any, slug: str) -> tuple[Binding, ...]:
+    """The issuer bindings of the check map in force for `slug` (none without a registry)."""
+    maps = getattr(getattr(registry, "snapshot", None), "maps", None)
+    checkmap = maps.get(slug) if isinstance(maps, dict) else None
+    return tuple(getattr(checkmap, "bindings", ()) or ())
+
+
+def labeller(registry: Any, slug: str) -> Callable[[str], str]:
+    bindings = bindings_of(registry, slug)
+    return lambda identity: issuer_label(identity, bindings)
+
+
+def plural(count: int, singular: str, plural_form: str | None = None) -> str:
+    """`1 entry`, `2 entries`, `0 entries`."""
+    word = singular if count == 1 else (plural_form or (singular[:-1] + "ies" if singular.endswith("y") else singular + "s"))
+    return f"{count} {word}"
