@@ -28,6 +28,7 @@ from gateway.ci.oidc.keys import KeyCache
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.core.clock import Clock, SystemClock
 from gateway.core.config import Config
+from gateway.knowledge.ledger import Ledger
 from gateway.knowledge.proposals import Proposals
 from gateway.knowledge.service import Knowledge, WriteLimits
 from gateway.knowledge.threads import Threads
@@ -58,6 +59,7 @@ class Hub:
         self.knowledge.metrics = self.recall.metrics = self.metrics
         self.proposals = Proposals(self.driver, self.clock, lambda: self.knowledge.limits)
         self.threads = Threads(self.driver, self.clock, self.knowledge)
+        self.ledger = Ledger(self.driver, self.clock)
         # The CI side: check maps, the issuers' keys, token verification, the intake.
         self.checkmaps = CheckmapRegistry(config.checkmaps, self.clock)
         self.fetcher = JsonFetcher(allow_insecure=config.allow_insecure_issuers)

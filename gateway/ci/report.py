@@ -152,3 +152,11 @@ async def checks_report(driver: Driver, project: Project, now: float, registry: 
         )
 
     return await driver.read(unit)
+
+
+async def recent_runs(driver: Driver, project: Project, per_check: int) -> dict[str, list[dict[str, Any]]]:
+    """The latest `per_check` attestations of each check, newest first, by check name."""
+    recent: dict[str, list[dict[str, Any]]] = {}
+    for row in await driver.read(lambda q: q.recent_attestations(project.id, per_check)):
+        recent.setdefault(row["check_name"], []).append(row)
+    return recent

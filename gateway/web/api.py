@@ -13,7 +13,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.core.clock import parse_rfc3339, to_rfc3339
-from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Invalid
 from gateway.knowledge.permissions import require
 from gateway.web.inputs import bearer, hub_of, json_body, principal_for, query_int, query_str, raw_body
@@ -126,26 +125,12 @@ async def recall_used(request: Request) -> Response:
     return Response(status_code=204)
 
 
-async def audit_page(
-    hub: Any, project_id: int, *, entry_id: str | None, action: str | None, cursor: str | None, limit: int
-) -> tuple[list[dict[str, Any]], str | None]:
-    """One page of the audit ledger, newest first: (rows, the next page's
-    cursor or None).  Shared by this route and the dashboard's Audit tab."""
-    before = decode_cursor(cursor)
-    rows = await hub.driver.read(
-        lambda q: q.audit_rows(project_id, entry_id=entry_id, action=action, before_id=before, limit=limit + 1)
-    )
-    next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
-    return rows[:limit], next_cursor
-
-
 async def audit(request: Request) -> Response:
     principal = await principal_for(request, request.path_params["project"])
     require(principal, "read_audit")
     limit = query_int(request, "limit", 100, 1, 500)
-    rows, next_cursor = await audit_page(
-        hub_of(request),
-        principal.project.id,
+    rows, next_cursor = await hub_of(request).ledger.audit_page(
+        principal,
         entry_id=query_str(request, "entry", 100),
         action=query_str(request, "action", 40),
         cursor=query_str(request, "cursor", 64),

@@ -24,7 +24,6 @@ from gateway.knowledge import trust
 from gateway.knowledge.corrections import replaced_id
 from gateway.core.errors import Conflict, Forbidden, GatewayError, Unauthorized
 from gateway.accounts.tokens import digest
-from gateway.web.api import audit_page
 from gateway.web.dashboard_base import (
     context,
     owner_post,
@@ -161,8 +160,7 @@ async def knowledge(request: Request) -> Response:
         principal, state=state, kind=kind, limit=PAGE_SIZE, cursor=cursor, text=text
     )
     project = principal.project
-    now = hub.clock.now()
-    counts = await hub.driver.read(lambda q: q.count_entries(project.id, now))
+    counts = await hub.ledger.counts(principal)
     ctx = await context(
         request,
         session,
@@ -188,12 +186,7 @@ async def entry_page(request: Request) -> Response:
     entry = await hub.knowledge.get(principal, request.path_params["entry_id"])
     project = principal.project
     now = hub.clock.now()
-
-    async def unit(q: Any) -> tuple[list[dict[str, Any]], tuple[int, int]]:
-        rows = await q.audit_rows(project.id, entry_id=entry.id, limit=200)
-        return rows, await q.entry_recall_stats(entry.seq)
-
-    rows, (returned, used) = await hub.driver.read(unit)
+    rows, returned, used = await hub.ledger.entry_history(principal, entry)
     corrections = await hub.knowledge.corrections_of(principal, entry.id)
     until = trust.blocked_until([c.to_rule() for c in entry.contradictions], now)
     ctx = await context(
@@ -270,8 +263,8 @@ async def audit(request: Request) -> Response:
     entry_id = query_str(request, "entry", 100)
     action = query_str(request, "action", 40)
     cursor = query_str(request, "cursor", 64)
-    rows, next_cursor = await audit_page(
-        hub, session.principal.project.id, entry_id=entry_id, action=action, cursor=cursor, limit=AUDIT_PAGE_SIZE
+    rows, next_cursor = await hub.ledger.audit_page(
+        session.principal, entry_id=entry_id, action=action, cursor=cursor, limit=AUDIT_PAGE_SIZE
     )
     ctx = await context(
         request,

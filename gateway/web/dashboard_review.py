@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from gateway.accounts.service import SETTING_RULES
-from gateway.ci.report import OUTCOMES, checks_report
+from gateway.ci.report import OUTCOMES, checks_report, recent_runs
 from gateway.core.errors import Invalid
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.knowledge.playbook import relayroom_md
@@ -92,9 +92,7 @@ async def checks(request: Request) -> Response:
     project = session.principal.project
     now = hub.clock.now()
     report = await checks_report(hub.driver, project, now, hub.checkmaps)
-    recent: dict[str, list[dict[str, Any]]] = {}
-    for row in await hub.driver.read(lambda q: q.recent_attestations(project.id, RECENT_RUNS)):
-        recent.setdefault(row["check_name"], []).append(row)
+    recent = await recent_runs(hub.driver, project, RECENT_RUNS)
     candidates, _ = await hub.knowledge.list(session.principal, state="candidate", limit=3)
     ctx = await context(
         request,
@@ -156,11 +154,7 @@ async def playbook(request: Request) -> Response:
     session = await owner_session(request)
     project = session.principal.project
     now = hub.clock.now()
-
-    async def unit(q: Any) -> tuple[str, int]:
-        return await q.playbook(project.id), await q.count_trusted(project.id, now)
-
-    base, trusted = await hub.driver.read(unit)
+    base, trusted = await hub.ledger.playbook_base(session.principal)
     document = await relayroom_md(hub.driver, project, now)
     ctx = await context(
         request, session, "playbook", base=base, document=document, trusted=trusted, settings=project.settings
