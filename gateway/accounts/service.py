@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 from gateway.accounts import tokens
-from gateway.knowledge import trust
 from gateway.core.clock import Clock
 from gateway.core.errors import Conflict, Invalid, NotFound, Unauthorized
 from gateway.knowledge.permissions import require
 from gateway.knowledge.model import LEVELS, Principal, Project, ProjectSettings
+from gateway.knowledge.settings import SLUG, default_settings, validate_settings
 from gateway.store.base import Driver
 from gateway.store.queries import Queries, _project
 
-SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
 
 DEFAULT_PLAYBOOK = """# RELAYROOM.md
@@ -30,52 +28,6 @@ decisions) in the RelayRoom Knowledge Gateway.
 - If a recalled entry shaped your work, call `recall_used`.
 """
 
-# The ranges of the settings (docs/security.md, Limits).  Every bound is finite: a window of 1e7 days put a
-# contradiction's `until` in the year 29405, which no date type can print.
-SETTING_RULES: dict[str, tuple[type, float, float, str]] = {
-    # name: (type, minimum, maximum, what a person is told)
-    "k_distinct_issuers": (int, 1, 100, "an integer from 1 to 100"),
-    "window_days": (float, 0, 3650, "a number of days above 0 and at most 3650"),
-    "playbook_min_trusted": (int, 0, 1_000_000, "an integer from 0 to 1000000"),
-    "playbook_top_n": (int, 1, 100, "an integer from 1 to 100"),
-    "demotions_per_hour": (int, 1, 1_000_000, "an integer from 1 to 1000000"),
-}
-
-
-def setting_ok(name: str, value: Any) -> bool:
-    """Whether `value` (as JSON decoded it) is in the contract's range for `name`."""
-    kind, minimum, maximum, _ = SETTING_RULES[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False  # true is not 1, "2" is not 2
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    if kind is int and isinstance(value, float) and not value.is_integer():
-        return False
-    if name == "window_days":
-        return minimum < value <= maximum
-    return minimum <= value <= maximum
-
-
-def default_settings() -> ProjectSettings:
-    return ProjectSettings(
-        k_distinct_issuers=trust.DEFAULT_K,
-        window_days=trust.DEFAULT_WINDOW_DAYS,
-        playbook_min_trusted=trust.DEFAULT_PLAYBOOK_MIN_TRUSTED,
-        playbook_top_n=trust.DEFAULT_PLAYBOOK_TOP_N,
-        demotions_per_hour=trust.DEFAULT_DEMOTIONS_PER_HOUR,
-    )
-
-
-def validate_settings(current: ProjectSettings, changes: dict[str, Any]) -> ProjectSettings:
-    values = current.to_json()
-    for name, value in changes.items():
-        if name not in SETTING_RULES:
-            raise Invalid(f"unknown setting {name!r}", code="unknown_field")
-        kind, _, _, wanted = SETTING_RULES[name]
-        if not setting_ok(name, value):
-            raise Invalid(f"{name} must be {wanted}", code="invalid_setting")
-        values[name] = kind(value)
-    return ProjectSettings(**values)
 
 
 def check_token_request(level: object, name: object) -> None:

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-from gateway.accounts.service import SLUG
+from gateway.knowledge.settings import SLUG
 from gateway.ci.checkmaps.model import GITHUB_HOST, Binding, CheckRule
 from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TextIO
 
 from gateway.knowledge import trust
-from gateway.accounts.service import SETTING_RULES, SLUG, setting_ok
+from gateway.knowledge.settings import SETTING_RULES, SLUG, setting_ok
 from gateway.core.clock import to_rfc3339
 from gateway.core.errors import Conflict
 from gateway.knowledge.model import LEVELS, Entry, ProjectSettings

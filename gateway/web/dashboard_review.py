@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.accounts.service import SETTING_RULES
+from gateway.knowledge.settings import SETTING_RULES
 from gateway.ci.report import OUTCOMES, checks_report, recent_runs
 from gateway.core.errors import Invalid
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report

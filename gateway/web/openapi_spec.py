@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import __version__
-from gateway.accounts.service import SETTING_RULES
+from gateway.knowledge.settings import SETTING_RULES
 from gateway.knowledge.inputs import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
 from gateway.recall.learning import MAX_DAYS
 from gateway.knowledge.proposals import PROPOSAL_STATES

@@ -31,10 +31,10 @@ from gateway.ci.checkmaps.model import (
     issuer_system,
 )
 from gateway.ci.checkmaps.yaml_lines import Locator, Path, load
+from gateway.knowledge.settings import SLUG
 
 
 MAX_FILE_BYTES = 256 * 1024
-SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 NUMERIC_ID = re.compile(r"^[0-9]{1,20}$")
