@@ -17,12 +17,13 @@ import sys
 from typing import Any
 
 from gateway.cli.main import run_with_hub
+from gateway.hub import Hub
 
 
-async def _export(hub: Any, args: argparse.Namespace) -> int:
+async def _export(hub: Hub, args: argparse.Namespace) -> int:
     from gateway.knowledge.transfer import export_project, write_jsonl
 
-    records = await export_project(hub, args.project)
+    records = await export_project(hub.driver, hub.clock, args.project)
     counts = records[-1]["counts"]
     if args.output in (None, "-"):
         write_jsonl(records, sys.stdout)
@@ -43,14 +44,14 @@ async def _export(hub: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _import(hub: Any, args: argparse.Namespace) -> int:
+async def _import(hub: Hub, args: argparse.Namespace) -> int:
     from gateway.knowledge.transfer import import_project
 
     if args.input in (None, "-"):
-        summary = await import_project(hub, sys.stdin)
+        summary = await import_project(hub.driver, sys.stdin)
     else:
         with open(args.input, encoding="utf-8") as source:
-            summary = await import_project(hub, source)
+            summary = await import_project(hub.driver, source)
     print(json.dumps({"project": summary.project, "imported": summary.counts}))
     return 0
 

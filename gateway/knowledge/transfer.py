@@ -34,9 +34,10 @@ from typing import Any, Iterable, TextIO
 
 from gateway.knowledge import trust
 from gateway.knowledge.settings import SETTING_RULES, SLUG, setting_ok
-from gateway.core.clock import to_rfc3339
-from gateway.core.errors import Conflict
+from gateway.core.clock import Clock, to_rfc3339
+from gateway.core.errors import Conflict, NotFound
 from gateway.knowledge.model import LEVELS, Entry, ProjectSettings
+from gateway.store.base import Driver
 from gateway.store.schema import LATEST_VERSION
 from gateway.store.transfer_sql import INT, REAL, TABLES, TEXT, Column, TransferQueries
 
@@ -77,15 +78,17 @@ class Summary:
 # -- export -------------------------------------------------------------------------
 
 
-async def export_project(hub: Any, slug: str) -> list[dict[str, Any]]:
+async def export_project(driver: Driver, clock: Clock, slug: str) -> list[dict[str, Any]]:
     """Every record of one project, read on one consistent snapshot."""
-    project = await hub.accounts.project(slug)
 
     async def unit(q: Any) -> dict[str, list[dict[str, Any]]]:
+        project = await q.project_by_slug(slug)
+        if project is None:
+            raise NotFound(f"no project {slug!r}", code="project_not_found")
         transfer = TransferQueries(q)
         return {name: await transfer.rows(name, project.id) for name in TABLES}
 
-    tables = await hub.driver.read(unit)
+    tables = await driver.read(unit)
     project_row = tables["projects"][0]
     records: list[dict[str, Any]] = [
         {
@@ -94,8 +97,8 @@ async def export_project(hub: Any, slug: str) -> list[dict[str, Any]]:
             "version": VERSION,
             "schema_version": LATEST_VERSION,
             "project": slug,
-            "exported_at": to_rfc3339(hub.clock.now()),
-            "from": hub.driver.dialect,
+            "exported_at": to_rfc3339(clock.now()),
+            "from": driver.dialect,
         },
         {
             "record": "project",
@@ -297,7 +300,7 @@ def _check_meaning(kind: str, record: dict[str, Any], where: str) -> None:
         raise TransferError(f"{where}: level {record['level']!r} is not one of {', '.join(LEVELS)}")
 
 
-async def import_project(hub: Any, lines: Iterable[str]) -> Summary:
+async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
     parsed = parse(lines)
     slug = parsed.project["slug"]
     settings = ProjectSettings(
@@ -329,7 +332,7 @@ async def import_project(hub: Any, lines: Iterable[str]) -> Summary:
             if values["state"] == "trusted":
                 await q.index.add(_indexable(values, entry_seqs[values["id"]], project.id, slug))
 
-    await hub.driver.write(unit)
+    await driver.write(unit)
     return Summary(slug, dict(parsed.counts))
 
 

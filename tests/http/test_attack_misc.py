@@ -257,7 +257,7 @@ async def test_settings_out_of_range_are_refused_at_project_creation_and_import(
         with pytest.raises(Invalid):
             await hub.accounts.create_project("beta", k=k, window_days=window)
     assert await hub.driver.read(lambda q: q.project_by_slug("beta")) is None
-    exported = json.dumps(await export_project(hub, "acme"))
+    exported = json.dumps(await export_project(hub.driver, hub.clock, "acme"))
     for name, value in [("window_days", 1e7), ("k_distinct_issuers", 1000), ("playbook_top_n", 10**30),
                         ("demotions_per_hour", 0), ("window_days", float("inf"))]:
         records = json.loads(exported)
@@ -268,7 +268,7 @@ async def test_settings_out_of_range_are_refused_at_project_creation_and_import(
             if record["record"] == "header":
                 record["project"] = "gamma"
         with pytest.raises(TransferError, match=name):
-            await import_project(hub, [json.dumps(r) for r in records])
+            await import_project(hub.driver, [json.dumps(r) for r in records])
     assert await hub.driver.read(lambda q: q.project_by_slug("gamma")) is None
 
 

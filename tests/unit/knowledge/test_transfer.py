@@ -129,7 +129,7 @@ PAIRS = [("sqlite", "sqlite"), ("sqlite", "postgres"), ("postgres", "sqlite"), (
 async def test_round_trip_loses_nothing(source: str, target: str, tmp_path: Path, clock: ManualClock) -> None:
     async with open_hub(source, tmp_path / "source", clock) as origin:
         tokens = await build_rich_project(origin, clock)
-        exported = await export_project(origin, "acme")
+        exported = await export_project(origin.driver, origin.clock, "acme")
         reader = await origin.accounts.authenticate(tokens.reader)
         _, before = await origin.recall.recall(reader, "pooler prepared statements tests")
         before_ids = [e.id for e, _ in before]
@@ -141,9 +141,9 @@ async def test_round_trip_loses_nothing(source: str, target: str, tmp_path: Path
     assert counts["event"] >= 2 and counts["audit"] >= 15 and counts["rate_limit_mark"] == 1
 
     async with open_hub(target, tmp_path / "target", clock) as destination:
-        summary = await import_project(destination, as_lines(exported))
+        summary = await import_project(destination.driver, as_lines(exported))
         assert summary.counts == counts
-        again = await export_project(destination, "acme")
+        again = await export_project(destination.driver, destination.clock, "acme")
         assert comparable(again) == comparable(exported)
 
         owner = await destination.accounts.authenticate(tokens.owner)
@@ -162,22 +162,22 @@ async def test_round_trip_loses_nothing(source: str, target: str, tmp_path: Path
 
 async def test_import_refuses_an_existing_project_and_changes_nothing(hub: Hub, clock: ManualClock) -> None:
     await build_rich_project(hub, clock)
-    lines = as_lines(await export_project(hub, "acme"))
+    lines = as_lines(await export_project(hub.driver, hub.clock, "acme"))
     before = await snapshot(hub)
     with pytest.raises(Conflict) as refused:
-        await import_project(hub, lines)
+        await import_project(hub.driver, lines)
     assert refused.value.code == "project_exists"
     assert await snapshot(hub) == before
 
 
 async def test_import_refuses_ids_the_hub_already_holds(hub: Hub, clock: ManualClock) -> None:
     await build_rich_project(hub, clock)
-    records = await export_project(hub, "acme")
+    records = await export_project(hub.driver, hub.clock, "acme")
     renamed = [dict(r) for r in records]
     renamed[0]["project"] = renamed[1]["slug"] = "acme-copy"
     before = await snapshot(hub)
     with pytest.raises(Conflict) as refused:
-        await import_project(hub, as_lines(renamed))
+        await import_project(hub.driver, as_lines(renamed))
     assert refused.value.code == "ids_exist"
     assert await snapshot(hub) == before
 
@@ -205,17 +205,17 @@ def _broken(records: list[dict[str, Any]], how: str) -> list[str]:
 async def test_a_damaged_file_is_refused_whole(hub: Hub, clock: ManualClock, how: str, tmp_path: Path) -> None:
     async with open_hub("sqlite", tmp_path / "source", clock) as origin:
         await build_rich_project(origin, clock)
-        records = await export_project(origin, "acme")
+        records = await export_project(origin.driver, origin.clock, "acme")
     before = await snapshot(hub)
     with pytest.raises(TransferError):
-        await import_project(hub, _broken(records, how))
+        await import_project(hub.driver, _broken(records, how))
     assert await snapshot(hub) == before
 
 
 @pytest.mark.parametrize("text", ["", "\n\n", '{"record": "header", "format": "other"}\n', "[1, 2]\n", "\ufeffnot even json\n"])
 async def test_not_an_export_is_refused(hub: Hub, text: str) -> None:
     with pytest.raises(TransferError):
-        await import_project(hub, io.StringIO(text))
+        await import_project(hub.driver, io.StringIO(text))
 
 
 async def test_every_column_of_the_schema_is_carried_or_named_hub_level_or_derived(hub: Hub) -> None:
