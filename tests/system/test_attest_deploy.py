@@ -15,6 +15,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -187,7 +188,7 @@ def start_action(tmp_path: Path, gateway: str, token_url: str, **inputs: str) ->
              "fail_on_refusal": "RELAYROOM_FAIL_ON_REFUSAL"}
     env.update({names[key]: value for key, value in inputs.items()})
     process = subprocess.Popen(["bash", "-c", action_script()], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     return process, output
 
 
@@ -233,7 +234,7 @@ def start_gitlab(tmp_path: Path, shell: str, gateway: str, token: str, **variabl
     if shell == "busybox":
         env["PATH"] = busybox_path(tmp_path)
     return subprocess.Popen(["sh", "-c", gitlab_script()], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, executable=shutil.which("sh", path=env["PATH"]))
+                            text=True, executable=shutil.which("sh", path=env["PATH"]), start_new_session=True)
 
 
 def run_gitlab(tmp_path: Path, shell: str, gateway: str, token: str, **variables: str) -> Run:
@@ -447,6 +448,22 @@ def test_no_token_is_ever_in_curls_arguments(issuer: OidcIssuer, tmp_path: Path,
     assert bearer(held.seen[0]) == gitlab_token
     headers_left = list(tmp_path.glob("relayroom.*"))
     assert headers_left == [], "the header files are removed when the script ends"
+
+
+@pytest.mark.parametrize("shell", ["bash", *SHELLS])
+def test_a_cancelled_job_leaves_no_header_file(issuer: OidcIssuer, tmp_path: Path, fronts: list[Front], shell: str) -> None:  # noqa: F811
+    # The runner cancels a job by signalling its process group.
+    held = Front(lambda i, seen: json_answer(201, {"attestation_id": "at_1", "counted": True}), hold=True)
+    fronts.append(held)
+    if shell == "bash":
+        process, _ = start_action(tmp_path, held.url, f"{issuer.url}/mint/github?api-version=2.0")
+    else:
+        process = start_gitlab(tmp_path, shell, held.url, issuer.gitlab_token(time.time()))
+    held.wait_for_request()
+    assert [p.name for p in tmp_path.glob("relayroom.*")], "the header files exist while curl runs"
+    os.killpg(process.pid, signal.SIGTERM)
+    process.communicate(timeout=20)
+    assert process.returncode != 0 and list(tmp_path.glob("relayroom.*")) == []
 
 
 @pytest.mark.parametrize("shell", ["bash", *SHELLS])
