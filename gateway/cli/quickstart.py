@@ -10,9 +10,12 @@ from typing import Any
 
 from gateway.core.config import Config
 
+SCHEMA = Path(__file__).resolve().parents[1] / "ci" / "checkmaps" / "checkmap.schema.json"
+
 DEMO_CHECKMAP = """\
 # checkmaps/demo.yaml: which CI checks speak for which entries of project demo.
 # Reviewed like code.  See docs/ci-attestations.md for every field.
+# yaml-language-server: $schema=checkmap.schema.json
 project: demo
 issuers:
   # A CI system that signs Standard Webhooks with a shared secret.  The
@@ -62,6 +65,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         demo_map = maps / "demo.yaml"
         if not demo_map.exists():
             demo_map.write_text(DEMO_CHECKMAP)
+        schema = maps / SCHEMA.name
+        if not schema.exists():  # beside the map, where its $schema line points an editor
+            schema.write_bytes(SCHEMA.read_bytes())
         print("created project demo and two tokens (shown once; only their hashes are stored):")
         print(f"  owner token  (dashboard, confirm/refute): {tokens['owner']}")
         print(f"  agent token  (learn, recall over REST/MCP): {tokens['agent']}")

@@ -77,6 +77,7 @@ class OidcIssuer:
     keys: list[SigningKey] = field(default_factory=list)
     outage: Outage = field(default_factory=Outage)
     hits: dict[str, int] = field(default_factory=dict)
+    mint_requests: list[dict[str, str]] = field(default_factory=list)  # the headers of each /mint/ request
 
     port_wanted: int = 0
 
@@ -161,8 +162,9 @@ class OidcIssuer:
     def _mint(self, request: BaseHTTPRequestHandler) -> None:
         """`GET /mint/github?audience=relayroom&ref=...` (or /mint/gitlab): a
         fresh token in the shape of GitHub's token request endpoint,
-        `{"count": 1, "value": TOKEN}`, for trying the gateway by hand.  Any
-        query parameter other than `audience` overrides that claim."""
+        `{"count": 1, "value": TOKEN}`, for trying the gateway by hand.
+        `lifetime=S` makes it expire S seconds from now; any other query
+        parameter than `audience` overrides that claim."""
         from urllib.parse import parse_qsl, urlsplit
 
         parts = urlsplit(request.path)
@@ -170,6 +172,9 @@ class OidcIssuer:
         audience = query.pop("audience", "relayroom")
         query.pop("api-version", None)
         now = time.time()
+        self.mint_requests.append(dict(request.headers))
+        if "lifetime" in query:
+            query["exp"] = int(now) + int(query.pop("lifetime"))  # type: ignore[assignment]
         if parts.path == "/mint/github":
             token = self.github_token(now, audience=audience, **query)
         elif parts.path == "/mint/gitlab":

@@ -35,11 +35,32 @@ from gateway.knowledge.settings import SLUG
 
 
 MAX_FILE_BYTES = 256 * 1024
+# The shapes below are, character for character, the `pattern`s of
+# checkmap.schema.json (a test holds them equal), and are matched whole
+# (`fullmatch`): what an editor's schema check accepts, the gateway accepts.
+# No `\s` or `\S`: Python and JavaScript disagree on which characters those
+# are, so "visible" is spelled out: no control character, no kind of space.
+_INVISIBLE = r"\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
+_VISIBLE = f"[^{_INVISIBLE}]"
+_SEGMENT = f"[^/@{_INVISIBLE}]"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 NUMERIC_ID = re.compile(r"^[0-9]{1,20}$")
-NO_SPACE = re.compile(r"^\S{1,512}$")
-GITHUB_WORKFLOW = re.compile(r"^(?:[^/@\s]+/[^/@\s]+/)?\.github/workflows/[^/@\s]+\.ya?ml(?:@\S+)?$")
+NO_SPACE = re.compile(f"^{_VISIBLE}{{1,512}}$")
+VISIBLE = re.compile(_VISIBLE)  # searched: a subject holds at least one visible character
+CHECK_NAME = re.compile(r"^[^\u0000-\u001f\u007f-\u009f]{1,200}$")  # and printable, which a schema cannot say
+GITHUB_WORKFLOW = re.compile(
+    rf"^(?:{_SEGMENT}+/{_SEGMENT}+/)?\.github/workflows/{_SEGMENT}+\.ya?ml(?:@{_VISIBLE}+)?$")
+# The exact `iss`: https, or http to a loopback address (a test issuer); a
+# host, a port, a path with no trailing slash; no user, query or fragment.
+ISSUER_URL = re.compile(
+    r"^(?:https://(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
+    rf"|http://(?:127\.{_OCTET}\.{_OCTET}\.{_OCTET}|localhost|\[::1\]))(?::[0-9]{{1,5}})?"
+    rf"(?:/[^?#{_INVISIBLE}]*[^/?#{_INVISIBLE}])?$")
+MAX_ISSUER = 512
+MAX_LABEL = 512
+MAX_SUBJECT = 1024
 MAX_CHECK_NAME = 200
 # Caps inside one file, far above what a project needs: each past-the-cap
 # item is a FILE:LINE problem, so the file fails and its last good version stays.
@@ -94,8 +115,9 @@ def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[P
     for key in data:
         if key not in TOP_KEYS:
             out.add((key,), f"unknown key {key!s}; a check map has {', '.join(sorted(TOP_KEYS))}")
+    _description(data, (), out)
     project = data.get("project")
-    if not isinstance(project, str) or not SLUG.match(project):
+    if not isinstance(project, str) or not SLUG.fullmatch(project):
         out.add(("project",) if "project" in data else (), "project must be a project slug (^[a-z0-9][a-z0-9-]{0,62}$)")
         project = "?"
     bindings = _bindings(data, project, out)
@@ -155,11 +177,12 @@ def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | 
         if key not in BINDING_KEYS[provider] and str(key).lower() not in SECRET_KEYS:
             out.add(path + (key,), f"unknown key {key!s} for provider {provider}; allowed: "
                     f"{', '.join(sorted(BINDING_KEYS[provider]))}")
+    _description(item, path, out)
     line = out.locator.line(path)
     fields: dict[str, Any] = {"project": project, "provider": provider, "file": out.file, "line": line}
     if provider == "webhook":
         source = item.get("source")
-        if not isinstance(source, str) or not SOURCE.match(source):
+        if not isinstance(source, str) or not SOURCE.fullmatch(source):
             out.add(path + ("source",), "source must be a name such as nightly-canary (^[a-z0-9][a-z0-9._-]{0,62}$)")
         elif source == "github":
             out.add(path + ("source",), "source github is taken by /v1/webhooks/github; pick another name")
@@ -182,7 +205,7 @@ def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | 
             fields["workflows"] = _workflows(item, path, out, github=False)
         else:
             subject = item.get("subject")
-            if not isinstance(subject, str) or not subject.strip() or len(subject) > 1024:
+            if not isinstance(subject, str) or not VISIBLE.search(subject) or len(subject) > MAX_SUBJECT:
                 out.add(path + ("subject",), "subject is required: the exact `sub` claim this issuer puts in the "
                         "tokens of the runs that may vote")
             fields["subject"] = subject
@@ -253,9 +276,17 @@ def _issuer(item: dict[str, Any], provider: str, path: Path, out: _Collector) ->
 
 
 def issuer_problem(value: Any) -> str | None:
-    if not isinstance(value, str) or len(value) > 512:
+    """None when `value` is an issuer a map may name (ISSUER_URL decides);
+    otherwise the likeliest reason it is not."""
+    if not isinstance(value, str) or len(value) > MAX_ISSUER:
         return "issuer must be a URL such as https://gitlab.example.com"
-    parts = urlsplit(value)
+    if ISSUER_URL.fullmatch(value):
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        return "issuer has a port that is not a number from 1 to 65535"
     if parts.scheme not in ("https", "http") or not parts.hostname:
         return "issuer must be an https:// URL, written exactly as the tokens carry it in iss"
     if parts.username or parts.password or parts.query or parts.fragment:
@@ -264,7 +295,8 @@ def issuer_problem(value: Any) -> str | None:
         return "issuer must not end with /: write it exactly as the tokens carry it in iss"
     if parts.scheme == "http" and not is_loopback(parts.hostname):
         return "issuer must be https:// (plain http is only for a loopback test issuer)"
-    return None
+    return ("issuer must be https://HOST[:PORT][/PATH] (or http:// to 127.x.x.x, localhost or [::1]), "
+            "written exactly as the tokens carry it in iss")
 
 
 def is_loopback(host: str) -> bool:
@@ -304,7 +336,7 @@ def _workflows(item: dict[str, Any], path: Path, out: _Collector, *, github: boo
     workflows = _string_list(item, "workflows", path, out)
     if workflows and github:
         for index, workflow in enumerate(workflows):
-            if not GITHUB_WORKFLOW.match(workflow):
+            if not GITHUB_WORKFLOW.fullmatch(workflow):
                 out.add(path + ("workflows", index), f"{workflow}: a GitHub workflow is .github/workflows/NAME.yml, or "
                         "OWNER/REPO/.github/workflows/NAME.yml[@REF] for a reusable workflow of another repository")
     return workflows
@@ -334,7 +366,7 @@ def _string_list(item: dict[str, Any], key: str, path: Path, out: _Collector) ->
         out.add(path + (key,), f"{key} must be a non-empty list of strings")
         return None
     for index, element in enumerate(value):
-        if not isinstance(element, str) or not NO_SPACE.match(element):
+        if not isinstance(element, str) or not NO_SPACE.fullmatch(element):
             out.add(path + (key, index), f"each item of {key} is a string without spaces")
             return None
     return tuple(dict.fromkeys(value))
@@ -346,10 +378,15 @@ def _numeric_id(item: dict[str, Any], key: str, path: Path, out: _Collector, *, 
             out.add(path, f"{key} is required: bindings name immutable ids, because names can be renamed or re-registered")
         return None
     value = item[key]
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        value = str(value)
-    if not isinstance(value, str) or not NUMERIC_ID.match(value):
-        out.add(path + (key,), f"{key} must be the numeric id, e.g. \"123456\"")
+    if isinstance(value, int) and not isinstance(value, bool):
+        # Tokens carry ids as strings, and an unquoted number is open to how
+        # YAML reads it: 0123 is 83 to the gateway's YAML 1.1 reader and 123
+        # to an editor's YAML 1.2 one, and 1_000 is 1000 to one and text to the other.
+        out.add(path + (key,), f"{key} must be quoted, as the tokens carry it: {key}: \"{value}\" "
+                "(an unquoted number can be read as another number)")
+        return None
+    if not isinstance(value, str) or not NUMERIC_ID.fullmatch(value):
+        out.add(path + (key,), f"{key} must be the numeric id, quoted, e.g. \"123456\"")
         return None
     return value
 
@@ -360,7 +397,7 @@ def _env_name(item: dict[str, Any], key: str, path: Path, out: _Collector, *, re
             out.add(path, f"{key} is required: the name of the environment variable holding the secret")
         return None
     value = item[key]
-    if not isinstance(value, str) or not ENV_NAME.match(value):
+    if not isinstance(value, str) or not ENV_NAME.fullmatch(value):
         out.add(path + (key,), f"{key} must be an environment variable name such as ACME_CANARY_SECRET")
         return None
     if value.upper().startswith("RELAYROOM_"):
@@ -373,11 +410,18 @@ def _env_name(item: dict[str, Any], key: str, path: Path, out: _Collector, *, re
 
 
 def _label(item: dict[str, Any], key: str, path: Path, out: _Collector) -> str | None:
-    value = item.get(key)
-    if value is not None and (not isinstance(value, str) or len(value) > 512):
-        out.add(path + (key,), f"{key} is a name for people, a string")
+    if key not in item:
+        return None
+    value = item[key]
+    if not isinstance(value, str) or len(value) > MAX_LABEL:
+        out.add(path + (key,), f"{key} is a name for people, a string of at most {MAX_LABEL} characters")
         return None
     return value
+
+
+def _description(item: dict[str, Any], path: Path, out: _Collector) -> None:
+    if "description" in item and not isinstance(item["description"], str):
+        out.add(path + ("description",), "description is text for people, a string")
 
 
 # -- checks ------------------------------------------------------------------
@@ -403,6 +447,7 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
         if not isinstance(spec, dict):
             out.add(path, f"{name} must be a mapping with supports: [entry ids]")
             continue
+        _description(spec, path, out)
         for key in spec:
             if key not in CHECK_KEYS:
                 out.add(path + (key,), f"unknown key {key!s} in check {name}; allowed: {', '.join(sorted(CHECK_KEYS))}")
@@ -418,7 +463,7 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
         for index, entry_id in enumerate(supports):
             # Only the shape is checked here; whether the id is an entry of this
             # project is the store's to say (reported, never supported).
-            if not isinstance(entry_id, str) or not NO_SPACE.match(entry_id) or not entry_id.isprintable():
+            if not isinstance(entry_id, str) or not NO_SPACE.fullmatch(entry_id):
                 out.add(path + ("supports", index), f"{name}: {entry_id!s} is not an entry id")
             elif entry_id not in ids:
                 ids.append(entry_id)
