@@ -328,6 +328,7 @@ async def import_project(hub: Any, lines: Iterable[str]) -> Summary:
         for values in parsed.entries:
             if values["state"] == "trusted":
                 await q.index.add(_indexable(values, entry_seqs[values["id"]], project.id, slug))
+                await q.track_vector(entry_seqs[values["id"]], project.id)
 
     await hub.driver.write(unit)
     return Summary(slug, dict(parsed.counts))

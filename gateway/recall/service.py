@@ -11,6 +11,10 @@ uses anyway.  The recall's count takes no lock (a principal's recalls at once
 on several processes may pass the budget by the few in flight); recall_used
 counts under a lock, as the write budgets do.  A repeated `recall_used` of a
 pair already counted writes nothing and spends nothing.
+
+The ranking (`gateway.recall.stages`) is lexical, or fused with the semantic
+stage when the hub handed one in (decided once, from the settings); the
+query's vector is computed on a worker thread before the transaction opens.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from gateway.core.ids import new_id
 from gateway.knowledge.inputs import validate_kind
 from gateway.knowledge.service import WriteLimits, over_budget
 from gateway.knowledge.model import Entry, Principal
+from gateway.recall import stages
 from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.semantic import SemanticStage, SemanticStatus
 from gateway.store.base import Driver, read_then_write
 from gateway.store.queries import Queries
 
@@ -33,11 +39,20 @@ MAX_LIMIT = 50
 
 
 class Recall:
-    def __init__(self, driver: Driver, clock: Clock, limits: Callable[[], WriteLimits] = WriteLimits) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        clock: Clock,
+        limits: Callable[[], WriteLimits] = WriteLimits,
+        semantic: SemanticStage | None = None,
+        status: SemanticStatus | None = None,
+    ) -> None:
         self.driver = driver
         self.clock = clock
         self.limits = limits  # read per call: the hub's budgets as they are now
         self.metrics: Any = None  # set by the Hub: the recall latency histogram
+        self.semantic = semantic
+        self.status = status or SemanticStatus("lexical", "no semantic model configured (RELAYROOM_SEMANTIC_MODEL)")
 
     async def _within_budget(self, q: Queries, principal: Principal, now: float, *, lock: bool) -> None:
         limit = self.limits().recalls_per_hour
@@ -61,10 +76,19 @@ class Recall:
         now = self.clock.now()
         project = principal.project
         recall_id = ""
+        stage = self.semantic
+        vector = None
+        if stage is not None and query.strip():
+            # The model is the costly part: a caller over budget is refused
+            # before it runs, and it runs outside the transaction.
+            await self.driver.read(lambda q: self._within_budget(q, principal, now, lock=False))
+            vector = await stage.embed_query(query)
 
         async def search(q: Queries) -> list[tuple[Entry, float]]:
             await self._within_budget(q, principal, now, lock=False)  # before the search costs anything
-            return await q.search(project.id, query, kind, limit, now)
+            if stage is not None and vector is not None:
+                return await stages.fused(q, stage, vector, project.id, query, kind, limit, now)
+            return await stages.lexical(q, project.id, query, kind, limit, now)
 
         async def record(q: Queries, results: list[tuple[Entry, float]]) -> None:
             nonlocal recall_id
