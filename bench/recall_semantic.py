@@ -146,7 +146,7 @@ def _ids(ranked: Sequence[tuple[str, float]]) -> list[str]:
 def rank_lexical(o: Observed) -> tuple[list[str], float]:
     if not o.lexical:
         return [], 0.0
-    readings = fusion.read(o.query.text, o.lexical[0][2], [], {}, 0)
+    readings = fusion.read(o.query.text, o.lexical[0][2], [s for _, s, _ in o.lexical[:2]], [], {})
     return [name for name, _, _ in o.lexical[:K]], fusion.lexical_relevance(readings)
 
 
@@ -165,7 +165,8 @@ def _top_cosines(o: Observed) -> tuple[dict[str, float], list[float]]:
 
 def rank_fused(o: Observed, rule: fusion.FusionRule, fixed: float | None = None) -> tuple[list[str], float]:
     near, top = _top_cosines(o)
-    readings = fusion.read(o.query.text, o.lexical[0][2] if o.lexical else None, top, o.df, o.n, rule)
+    readings = fusion.read(o.query.text, o.lexical[0][2] if o.lexical else None,
+                           [s for _, s, _ in o.lexical[:2]], top, o.df, rule)
     if fixed is not None:
         readings = replace(readings, weight=fixed)
     # fuse() ranks ints (seqs); names stand in through an index.
@@ -211,12 +212,10 @@ def sweep(observed: Sequence[Observed]) -> list[tuple[float, float, str]]:
     dev = [o for o in observed if o.query.split == "dev"]
     rows = []
     grid = {
-        "base": (0.3, 0.4, 0.5),
-        "high_weight": (0.45, 0.55, 0.7),
-        "low_weight": (0.15, 0.25, 0.35),
-        "rare_weight": (0.6, 0.8),
-        "separated_shift": (0.0, 0.15, 0.25),
-        "cosine_floor": (0.0, 0.15, 0.25),
+        "base": (0.2, 0.3, 0.4, 0.5),
+        "margin_gain": (0.0, 0.2, 0.4, 0.6),
+        "separation_gain": (0.0, 1.0, 2.0),
+        "cosine_floor": (0.0, 0.15),
     }
     keys = list(grid)
     for values in itertools.product(*(grid[k] for k in keys)):

@@ -3,30 +3,31 @@
 Pure functions over what the two stages found; no store, no model.
 
 The lexical ranking (BM25 or ts_rank, with synonyms and kind hints) is
-right when the question shares rare words with the entry: a pasted error
+right when the question shares telling words with one entry: a pasted error
 code, a file name, a flag.  The embedding is right when the question says
-the same thing in other words.  So the weight of each side is chosen per
-question, from three readings (docs/recall.md, Fusion, says it in prose):
+the same thing in other words.  So the weight `a` of the lexical side is
+chosen per question from how sure each side is of its first answer:
 
-- coverage: the share of the question's content words, weighted by rarity
-  (inverse document frequency in the project), that the best lexical hit
-  contains.  High coverage means the words themselves answer.
-- a rare match: the best lexical hit contains a word of the question that
-  few entries hold (at most `rare_df` of them) and that is written like a
-  token (has a digit, a dot, an underscore, a slash, a dash, or capitals
-  inside), the case an embedding model reads worst.
-- separation: how far the top cosine stands above the second.  A clear
-  winner by meaning is trusted more.
+- lexical margin: 1 - (second lexical score / best lexical score).  One
+  entry far ahead on the words means the words decided.
+- separation: best cosine minus second best.  A clear winner by meaning.
+- a rare match: the best lexical hit holds a word of the question that is
+  written like a token (digits, dots, underscores, slashes, dashes or inner
+  capitals: `E0463`, `uv.lock`) and that at most `rare_df` entries of the
+  project hold; an embedding model reads such tokens worst.
 
-Both sides are scaled to 0..1 within the question (lexical score / best
-lexical score; cosine above `cosine_floor`, / the best such), then
-`score = a * lexical + (1 - a) * semantic` with `a` the lexical weight.
+`a = clip(base + margin_gain * lexical margin - separation_gain * separation)`,
+at least `rare_weight` on a rare match; both sides are scaled to 0..1 within
+the question (score / best score; cosine below `cosine_floor` counts as
+nothing) and `fused = a * lexical + (1 - a) * semantic`.
 
-Relevance ("is anything here an answer?") is a logistic of the top cosine
-(the notes of the evaluation found it separates answerable from unanswerable
-questions better than the fused score), lifted by a rare token match; each
-result's score is that relevance times its fused score relative to the best,
-so scores run 0..1, best first, and the first one reads as a confidence.
+Relevance ("is anything here an answer?") reads the best cosine and the
+coverage (the share of the question's content words the best lexical hit
+holds): `logistic((top cosine + 0.2 * coverage - 0.5) / 0.1)`; lexical
+recall alone uses `logistic((coverage - 0.28) / 0.15)`.  Each result's score
+is that relevance times its fused score relative to the best, so scores run
+0..1, best first, and the first one reads as a confidence: below 0.5,
+probably nothing relevant.  docs/recall.md has the figures behind each number.
 """
 
 from __future__ import annotations
@@ -43,22 +44,17 @@ _TOKEN_LIKE = re.compile(r"[A-Za-z]*[0-9_./\\-][\w./\\-]*|[a-z]+[A-Z]\w*|[A-Z]{2
 
 @dataclass(frozen=True)
 class FusionRule:
-    base: float = 0.4  # the lexical weight when nothing stands out
-    high_coverage: float = 0.8
-    high_weight: float = 0.55
-    low_coverage: float = 0.4
-    low_weight: float = 0.25
+    base: float = 0.4  # the lexical weight when neither side stands out
+    margin_gain: float = 0.4
+    separation_gain: float = 2.0
     rare_df: int = 2
     rare_weight: float = 0.8
-    separated: float = 0.08  # top cosine minus the second
-    separated_shift: float = 0.15
-    cosine_floor: float = 0.15
-    # relevance = logistic((top cosine - centre) / width)
-    relevance_centre: float = 0.42
-    relevance_width: float = 0.06
-    rare_relevance: float = 0.9
-    lexical_centre: float = 0.5  # lexical-only relevance, on coverage
-    lexical_width: float = 0.12
+    cosine_floor: float = 0.0
+    relevance_coverage: float = 0.2  # relevance = logistic((top cosine + this * coverage - centre) / width)
+    relevance_centre: float = 0.5
+    relevance_width: float = 0.1
+    lexical_centre: float = 0.28  # lexical-only relevance = logistic((coverage - centre) / width)
+    lexical_width: float = 0.15
 
 
 DEFAULT_RULE = FusionRule()
@@ -68,13 +64,10 @@ DEFAULT_RULE = FusionRule()
 class Readings:
     coverage: float
     rare_match: bool
+    lexical_margin: float
     separation: float
     top_cosine: float
     weight: float  # the lexical weight chosen
-
-
-def idf(df: Mapping[str, int], n: int, term: str) -> float:
-    return math.log(1.0 + (n + 1) / (df.get(term, 0) + 0.5))
 
 
 def token_like_terms(query: str) -> set[str]:
@@ -87,13 +80,12 @@ def token_like_terms(query: str) -> set[str]:
     return found
 
 
-def coverage(query_terms: Sequence[str], text: str, df: Mapping[str, int], n: int) -> float:
-    """Share of the query's rarity-weighted terms that `text` holds (0..1)."""
+def coverage(query_terms: Sequence[str], text: str) -> float:
+    """Share of the query's content words that `text` holds (0..1)."""
     if not query_terms:
         return 0.0
     held = set(words(text))
-    total = sum(idf(df, n, t) for t in query_terms)
-    return sum(idf(df, n, t) for t in query_terms if t in held) / total if total else 0.0
+    return sum(1 for t in query_terms if t in held) / len(query_terms)
 
 
 def logistic(x: float) -> float:
@@ -103,31 +95,27 @@ def logistic(x: float) -> float:
 def read(
     query: str,
     top_lexical_text: str | None,
+    lexical_best_first: Sequence[float],
     cosines_best_first: Sequence[float],
     df: Mapping[str, int],
-    n: int,
     rule: FusionRule = DEFAULT_RULE,
 ) -> Readings:
-    query_terms = terms(query)
-    cov = coverage(query_terms, top_lexical_text, df, n) if top_lexical_text else 0.0
+    """The readings of one question; `df` is the project's document
+    frequency per word (empty when unknown: no rare match then)."""
+    cov = coverage(terms(query), top_lexical_text) if top_lexical_text else 0.0
     rare = False
-    if top_lexical_text:
+    if top_lexical_text and df:
         held = set(words(top_lexical_text))
         rare = any(t in held and 0 < df.get(t, 0) <= rule.rare_df for t in token_like_terms(query))
+    best = lexical_best_first[0] if lexical_best_first else 0.0
+    runner_up = lexical_best_first[1] if len(lexical_best_first) > 1 else 0.0
+    margin = 1.0 - runner_up / best if best > 0 else 0.0
     top = cosines_best_first[0] if cosines_best_first else 0.0
-    second = cosines_best_first[1] if len(cosines_best_first) > 1 else 0.0
-    separation = top - second
+    separation = top - cosines_best_first[1] if len(cosines_best_first) > 1 else 0.0
+    weight = rule.base + rule.margin_gain * margin - rule.separation_gain * separation
     if rare:
-        weight = rule.rare_weight
-    elif cov >= rule.high_coverage:
-        weight = rule.high_weight
-    elif cov < rule.low_coverage:
-        weight = rule.low_weight
-    else:
-        weight = rule.base
-    if separation >= rule.separated and not rare:
-        weight -= rule.separated_shift
-    return Readings(cov, rare, separation, top, max(0.0, min(1.0, weight)))
+        weight = max(weight, rule.rare_weight)
+    return Readings(cov, rare, margin, separation, top, max(0.0, min(1.0, weight)))
 
 
 def fuse(
@@ -157,18 +145,13 @@ def fuse(
 
 def relevance(readings: Readings, rule: FusionRule = DEFAULT_RULE) -> float:
     """How likely the best result answers the question, 0..1 (fused recall)."""
-    value = logistic((readings.top_cosine - rule.relevance_centre) / rule.relevance_width)
-    if readings.rare_match:
-        value = max(value, rule.rare_relevance)
-    return value
+    signal = readings.top_cosine + rule.relevance_coverage * readings.coverage
+    return logistic((signal - rule.relevance_centre) / rule.relevance_width)
 
 
 def lexical_relevance(readings: Readings, rule: FusionRule = DEFAULT_RULE) -> float:
-    """The same, when recall is lexical only: from coverage alone."""
-    value = logistic((readings.coverage - rule.lexical_centre) / rule.lexical_width)
-    if readings.rare_match:
-        value = max(value, rule.rare_relevance)
-    return value
+    """The same when recall is lexical only: from coverage alone."""
+    return logistic((readings.coverage - rule.lexical_centre) / rule.lexical_width)
 
 
 def scored(ranked: Sequence[tuple[int, float]], top_relevance: float) -> list[tuple[int, float]]:

@@ -26,7 +26,7 @@ async def lexical(q: Any, project_id: int, query: str, kind: str | None, limit: 
     hits = await q.search(project_id, query, kind, limit, now)
     if not hits:
         return []
-    readings = fusion.read(query, _text(hits[0][0]), [], {}, 0)
+    readings = fusion.read(query, _text(hits[0][0]), [score for _, score in hits[:2]], [], {})
     by_seq = {entry.seq: entry for entry, _ in hits}
     ranked = fusion.scored([(entry.seq, score) for entry, score in hits], fusion.lexical_relevance(readings))
     return [(by_seq[seq], score) for seq, score in ranked]
@@ -61,7 +61,9 @@ async def fused(
     for entry, _ in hits:
         if entry.seq not in cosine and entry.seq in rows:
             cosine[entry.seq] = float(similarity[rows[entry.seq]])
-    readings = fusion.read(query, _text(hits[0][0]) if hits else None, top, vectors.df, vectors.size, rule)
+    readings = fusion.read(
+        query, _text(hits[0][0]) if hits else None, [score for _, score in hits[:2]], top, vectors.df, rule
+    )
     ranked = fusion.fuse([(entry.seq, score) for entry, score in hits], cosine, readings, rule)
     found = {entry.seq: entry for entry, _ in hits}
     wanted = [seq for seq, _ in ranked[: limit * 2] if seq not in found]

@@ -250,17 +250,25 @@ def test_migration_from_v3_leaves_a_placeholder_per_trusted_entry(tmp_path: Path
 
 def test_a_rare_pasted_token_weighs_the_lexical_side() -> None:
     df = {"e0463": 1, "crate": 3, "build": 20}
-    rare = fusion.read("E0463 when building", "Error E0463 means the crate was built elsewhere", [0.5, 0.48], df, 100)
-    plain = fusion.read("the thing fails when building", "Error E0463 means the crate was built elsewhere", [0.5, 0.48], df, 100)
+    text = "Error E0463 means the crate was built elsewhere"
+    rare = fusion.read("E0463 when building", text, [5.0, 4.8], [0.5, 0.48], df)
+    plain = fusion.read("the thing fails when building", text, [5.0, 4.8], [0.5, 0.48], df)
     assert rare.rare_match and not plain.rare_match
     assert rare.weight > plain.weight
 
 
-def test_a_separated_top_cosine_weighs_the_semantic_side() -> None:
-    close = fusion.read("how do we lock jobs", "jobs", [0.60, 0.59], {}, 10)
-    apart = fusion.read("how do we lock jobs", "jobs", [0.60, 0.40], {}, 10)
-    assert apart.weight < close.weight
-    ranked = fusion.fuse([(1, 9.0), (2, 3.0)], {2: 0.6, 3: 0.55, 1: 0.2}, apart)
+def test_each_side_weighs_more_when_it_is_sure() -> None:
+    even = fusion.read("how do we lock jobs", "jobs", [5.0, 4.9], [0.60, 0.59], {})
+    words_sure = fusion.read("how do we lock jobs", "jobs", [5.0, 1.0], [0.60, 0.59], {})
+    meaning_sure = fusion.read("how do we lock jobs", "jobs", [5.0, 4.9], [0.60, 0.40], {})
+    assert meaning_sure.weight < even.weight < words_sure.weight
+    ranked = fusion.fuse([(1, 5.0), (2, 4.9)], {2: 0.6, 3: 0.4, 1: 0.2}, meaning_sure)
     assert [seq for seq, _ in ranked][:1] == [2]
-    scores = fusion.scored(ranked, fusion.relevance(apart))
-    assert scores[0][1] == pytest.approx(fusion.relevance(apart)) and all(0 < s <= 1 for _, s in scores)
+    scores = fusion.scored(ranked, fusion.relevance(meaning_sure))
+    assert scores[0][1] == pytest.approx(fusion.relevance(meaning_sure)) and all(0 < s <= 1 for _, s in scores)
+
+
+def test_relevance_reads_as_a_probability() -> None:
+    near = fusion.read("q", None, [], [0.75, 0.5], {})
+    far = fusion.read("q", None, [], [0.25, 0.2], {})
+    assert fusion.relevance(near) > 0.9 and fusion.relevance(far) < 0.1
