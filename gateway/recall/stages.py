@@ -23,7 +23,10 @@ def _text(entry: Entry) -> str:
 
 
 async def lexical(q: Any, project_id: int, query: str, kind: str | None, limit: int, now: float) -> list[tuple[Entry, float]]:
-    hits = await q.search(project_id, query, kind, limit, now)
+    return _calibrated(query, await q.search(project_id, query, kind, limit, now))
+
+
+def _calibrated(query: str, hits: list[tuple[Entry, float]]) -> list[tuple[Entry, float]]:
     if not hits:
         return []
     readings = fusion.read(query, _text(hits[0][0]), [score for _, score in hits[:2]], [], {})
@@ -47,13 +50,21 @@ def _nearest(vectors: Any, query_vector: Any, kind: str | None, k: int) -> tuple
 
 
 async def fused(
-    q: Any, stage: SemanticStage, query_vector: Any, project_id: int, query: str, kind: str | None, limit: int, now: float,
+    q: Any,
+    stage: SemanticStage,
+    query_vector: Any,
+    hits: list[tuple[Entry, float]],
+    project_id: int,
+    query: str,
+    kind: str | None,
+    limit: int,
+    now: float,
     rule: fusion.FusionRule = fusion.DEFAULT_RULE,
 ) -> list[tuple[Entry, float]]:
+    """`hits`: the lexical stage's best `max(limit, CANDIDATES)`, read just before."""
     vectors = await stage.project_vectors(q, project_id)
     if vectors is None:  # no vector yet (a new project, or the fill is still running)
-        return await lexical(q, project_id, query, kind, limit, now)
-    hits = await q.search(project_id, query, kind, max(limit, CANDIDATES), now)
+        return _calibrated(query, hits[:limit])
     # A matrix product over the project's rows: about a millisecond at 10k
     # entries, on a worker thread like the model.
     cosine, top, similarity = await asyncio.to_thread(_nearest, vectors, query_vector, kind, CANDIDATES)
@@ -65,8 +76,10 @@ async def fused(
         query, _text(hits[0][0]) if hits else None, [score for _, score in hits[:2]], top, vectors.df, rule
     )
     ranked = fusion.fuse([(entry.seq, score) for entry, score in hits], cosine, readings, rule)
-    found = {entry.seq: entry for entry, _ in hits}
-    wanted = [seq for seq, _ in ranked[: limit * 2] if seq not in found]
+    # The lexical candidates were read a moment ago: their state is checked
+    # again here with the others, in this snapshot.
+    found = {}
+    wanted = [seq for seq, _ in ranked[: limit * 2]]
     if wanted:
         found.update(await q.entries_by_seqs(wanted))
     live = [
