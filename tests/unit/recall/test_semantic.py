@@ -208,10 +208,16 @@ async def test_readyz_says_which_ranking_is_in_force(semantic_hub: Hub) -> None:
 
     from gateway.web.app import build_app
 
+    from tests.support.dashboard_helpers import login
+
+    tokens = await make_project(semantic_hub, "acme")
     app = build_app(semantic_hub, manage_hub=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8750") as client:
         body = (await client.get("/readyz")).json()
-    assert body["recall"]["ranking"] == "fused" and "sha256" in body["recall"]["detail"]
+        assert body["recall"]["ranking"] == "fused" and "sha256" in body["recall"]["detail"]
+        await login(client, tokens.owner)
+        page = (await client.get("/projects/acme/learning", headers={"Accept": "text/html"})).text
+    assert "Ranking in force: <strong>lexical and semantic, fused</strong>" in page
 
 
 def test_migration_from_v3_leaves_a_placeholder_per_trusted_entry(tmp_path: Path) -> None:
