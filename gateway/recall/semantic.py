@@ -41,6 +41,9 @@ MAX_TOKENS = 256  # what all-MiniLM-L6-v2 was trained to read; longer texts are 
 FILL_BATCH = 32
 FILL_INTERVAL = 0.5  # seconds between looks for new placeholders (an indexed range)
 QUERY_CACHE = 512
+# Matrices kept per process, least recently asked project dropped first:
+# 200k rows of 384 float32 are about 300 MB.
+MAX_CACHED_ROWS = 200_000
 
 
 class ModelUnavailable(Exception):
@@ -142,7 +145,7 @@ class SemanticStage:
     def __init__(self, encoder: Encoder) -> None:
         self.encoder = encoder
         self.model_id = encoder.model_id
-        self._projects: dict[int, ProjectVectors] = {}
+        self._projects: OrderedDict[int, ProjectVectors] = OrderedDict()
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -173,18 +176,27 @@ class SemanticStage:
             return None
         cached = self._projects.get(project_id)
         if cached is not None and cached.stamp == stamp:
+            self._projects.move_to_end(project_id)
             return cached
         rows = await q.project_vectors(project_id, self.model_id)
         if not rows:
             return None
+        # Tens of milliseconds at 10k entries: not on the event loop.
+        loaded = await asyncio.to_thread(self._matrix, stamp, rows)
+        self._projects[project_id] = loaded
+        self._projects.move_to_end(project_id)
+        while len(self._projects) > 1 and sum(p.size for p in self._projects.values()) > MAX_CACHED_ROWS:
+            self._projects.popitem(last=False)  # the least recently asked project
+        return loaded
+
+    def _matrix(self, stamp: tuple[int, int, int], rows: list[dict[str, Any]]) -> ProjectVectors:
         np = self.encoder._numpy
         matrix = np.frombuffer(b"".join(bytes(r["vector"]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
         df: Counter[str] = Counter()
         for r in rows:
             df.update(set(words(f"{r['statement']} {r['evidence'] or ''}")))
-        loaded = ProjectVectors(stamp, np.array([int(r["seq"]) for r in rows], dtype=np.int64), [str(r["kind"]) for r in rows], matrix, df)
-        self._projects[project_id] = loaded
-        return loaded
+        seqs = np.array([int(r["seq"]) for r in rows], dtype=np.int64)
+        return ProjectVectors(stamp, seqs, [str(r["kind"]) for r in rows], matrix, df)
 
     def forget(self) -> None:
         """Drop the cached matrices and query vectors (tests, benchmarks)."""

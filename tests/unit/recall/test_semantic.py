@@ -136,11 +136,16 @@ async def test_the_model_runs_off_the_event_loop(semantic_hub: Hub) -> None:
     stage = hub.recall.semantic
     assert stage is not None
     threads: list[str] = []
+    durations: list[float] = []
     encode = stage.encoder.encode
 
     def recording(texts: Any) -> Any:
         threads.append(threading.current_thread().name)
-        return encode(texts)
+        started = time.perf_counter()
+        try:
+            return encode(texts)
+        finally:
+            durations.append(time.perf_counter() - started)
 
     stage.encoder.encode = recording  # type: ignore[method-assign]
     # Enough text that one batch takes far longer than the gaps allowed below.
@@ -169,8 +174,11 @@ async def test_the_model_runs_off_the_event_loop(semantic_hub: Hub) -> None:
     await tick
     main = threading.main_thread().name
     assert threads and main not in threads
-    # The loop kept ticking while the model worked (well over 100 ms of it).
-    assert spent > 0.1 and max(gaps) < 0.08, (spent, max(gaps))
+    # The loop kept ticking while the model worked: had a batch run on the
+    # loop, one gap would be as long as that batch (a shared CI machine may
+    # delay a tick, never by a whole batch's time).
+    longest = max(durations)
+    assert spent > 0.1 and longest > 0.05 and max(gaps) < longest / 2, (spent, longest, max(gaps))
 
 
 @pytest.mark.parametrize("case", ["unset", "missing", "mismatch"])
@@ -278,3 +286,25 @@ def test_relevance_reads_as_a_probability() -> None:
     near = fusion.read("q", None, [], [0.75, 0.5], {})
     far = fusion.read("q", None, [], [0.25, 0.2], {})
     assert fusion.relevance(near) > 0.9 and fusion.relevance(far) < 0.1
+
+
+async def test_one_hubs_stage_never_changes_another_hubs_recall(
+    semantic_hub: Hub, database_url: str, tmp_path: Path
+) -> None:
+    """The stage is the hub's, not the process's: building the MCP app of a
+    fused hub leaves a lexical hub's REST recall as it was."""
+    from gateway.web.app import build_app
+
+    plain = await _make_hub(database_url.replace("relayroom.db", "plain.db"), tmp_path) if database_url.startswith("sqlite") else None
+    if plain is None:
+        pytest.skip("one database per test on PostgreSQL: the SQLite run covers it")
+    try:
+        owner, _ = await _fill(plain)
+        _, before = await plain.recall.recall(owner, "when is the staging database wiped")
+        build_app(semantic_hub, manage_hub=False)
+        build_app(plain, manage_hub=False)
+        _, after = await plain.recall.recall(owner, "when is the staging database wiped")
+        assert plain.recall.semantic is None and semantic_hub.recall.semantic is not None
+        assert [(e.id, s) for e, s in after] == [(e.id, s) for e, s in before]
+    finally:
+        await plain.stop()
