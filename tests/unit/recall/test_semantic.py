@@ -101,6 +101,13 @@ async def test_fused_recall_finds_a_paraphrase_the_words_miss(semantic_hub: Hub)
     assert results[0][0].id == ids["Error E0463 means th"]
     scores = [s for _, s in results]
     assert all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
+    # kind= still filters, on the semantic side too.
+    _, pitfalls = await hub.recall.recall(owner, "which shared lock did we pick for queued work", kind="pitfall")
+    assert pitfalls and {e.kind for e, _ in pitfalls} == {"pitfall"}
+    # Any text is a question: quotes, operators, NUL, emoji, the longest allowed.
+    for hostile in ['"', "NEAR(a b)", "\x00\x00", "🦀🦀", "*:^", "x" * 2000, "？？？"]:
+        _, found = await hub.recall.recall(owner, hostile)
+        assert all(0.0 <= s <= 1.0 for _, s in found)
     # Nothing about this exists: the best score says so.
     _, nothing = await hub.recall.recall(owner, "what colour is the office cat")
     _, something = await hub.recall.recall(owner, "when is the staging database wiped")
