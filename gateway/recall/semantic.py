@@ -27,6 +27,7 @@ import importlib.util
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict, Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ QUERY_CACHE = 512
 # Matrices kept per process, least recently asked project dropped first:
 # 200k rows of 384 float32 are about 300 MB.
 MAX_CACHED_ROWS = 200_000
+RECHECK = 10.0  # seconds between full checks of a cached matrix (see project_vectors)
 
 
 class ModelUnavailable(Exception):
@@ -130,6 +132,7 @@ class ProjectVectors:
     matrix: Any  # (n, dimension) float32, unit rows
     df: Counter[str] = field(default_factory=Counter)
     row: dict[int, int] = field(default_factory=dict)  # seq -> row of the matrix
+    checked: float = field(default_factory=time.monotonic)  # when the full stamp last matched
 
     def __post_init__(self) -> None:
         self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
@@ -170,12 +173,25 @@ class SemanticStage:
         return await asyncio.to_thread(self._query_vector, text)
 
     async def project_vectors(self, q: Any, project_id: int) -> ProjectVectors | None:
-        """The project's matrix, read again only when its vector rows changed."""
+        """The project's matrix, read again only when its vector rows changed.
+
+        Every recall checks the highest vector id (one index seek): a new
+        vector always raises it.  A deletion (an entry leaving trust) does
+        not, so the full stamp, which scans the project's rows, is checked
+        at most every `RECHECK` seconds; meanwhile a left entry's row may
+        still be in the matrix, and is dropped by the trusted-and-unexpired
+        check every result passes anyway."""
+        cached = self._projects.get(project_id)
+        if cached is not None:
+            if await q.vector_top(project_id, self.model_id) == cached.stamp[1] and time.monotonic() < cached.checked + RECHECK:
+                self._projects.move_to_end(project_id)
+                return cached
         stamp = await q.vector_stamp(project_id, self.model_id)
         if stamp[0] == 0:
+            self._projects.pop(project_id, None)
             return None
-        cached = self._projects.get(project_id)
         if cached is not None and cached.stamp == stamp:
+            cached.checked = time.monotonic()
             self._projects.move_to_end(project_id)
             return cached
         rows = await q.project_vectors(project_id, self.model_id)

@@ -43,6 +43,14 @@ class VectorQueries(QueryBase):
         )
         return (int(row["n"]), int(row["top"]), int(row["total"])) if row else (0, 0, 0)
 
+    async def vector_top(self, project_id: int, model: str) -> int:
+        """The highest id of the project's vectors of `model` (one index
+        seek): it grows with every vector written, whatever else changed."""
+        row = await self.tx.one(
+            "SELECT COALESCE(MAX(id), 0) AS top FROM entry_vectors WHERE project_id = ? AND model = ?", project_id, model
+        )
+        return int(row["top"]) if row else 0
+
     async def project_vectors(self, project_id: int, model: str) -> list[dict[str, Any]]:
         """Every vector of the project, with what the fusion reads of its entry."""
         return await self.tx.all(

@@ -315,3 +315,30 @@ async def test_one_hubs_stage_never_changes_another_hubs_recall(
         assert [(e.id, s) for e, s in after] == [(e.id, s) for e, s in before]
     finally:
         await plain.stop()
+
+
+async def test_a_cached_matrix_notices_additions_at_once_and_removals_at_the_recheck(
+    semantic_hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.recall import semantic
+
+    hub = semantic_hub
+    stage = hub.recall.semantic
+    assert stage is not None
+    owner, ids = await _fill(hub)
+    await stage.fill_all(hub.driver)
+    project_id = owner.project.id
+
+    async def size() -> int:
+        vectors = await hub.driver.read(lambda q: stage.project_vectors(q, project_id))
+        return vectors.size if vectors is not None else 0
+
+    assert await size() == len(ENTRIES)
+    entry, _ = await hub.knowledge.learn(owner, "fact", "Nightly builds are published to the staging bucket.")
+    await hub.knowledge.confirm(owner, entry.id)
+    await stage.fill_all(hub.driver)
+    assert await size() == len(ENTRIES) + 1  # a new vector: seen by the next recall
+    await hub.knowledge.refute(owner, ids["Release branches are"], "no longer true")
+    assert await size() == len(ENTRIES) + 1  # a removal waits for the recheck...
+    monkeypatch.setattr(semantic, "RECHECK", 0.0)
+    assert await size() == len(ENTRIES)  # ...and is seen then
