@@ -157,10 +157,10 @@ def score(rows: list[tuple[Query, list[str]]]) -> dict[str, float]:
 
 
 async def evaluate(
-    rankings: Sequence[Ranking], *, pooled: bool = False, misses: str | None = None, embedded: bool = False,
-    cosine_weights: Sequence[float] = (),
+    rankings: Sequence[Ranking], *, pooled: bool = False, misses: str | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     entries, queries = load()
+    queries = [q for q in queries if q.relevant]  # the unanswerable ones are bench/recall_semantic.py's
     results: dict[str, dict[str, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as folder:
         fixture = Fixture(folder, pooled=pooled)
@@ -177,29 +177,6 @@ async def evaluate(
                 }
                 if misses:
                     _print_misses(ranking.name, rows, misses)
-            if embedded:
-                # The production path: vectors filled the way a serving
-                # process fills them, then the index's own fusion.
-                from gateway.recall import embeddings
-
-                while await embeddings.fill_once(fixture.hub):
-                    pass
-                embeddings.forget()
-                embeddings.ENABLED = True
-                default_weight = embeddings.COSINE_WEIGHT
-                for weight in cosine_weights or (None,):
-                    embeddings.COSINE_WEIGHT = default_weight if weight is None else weight
-                    name = "+embeddings (optional extra)" if weight is None else f"+embeddings w={weight}"
-                    rows = [(query, await fixture.ask(query.project, query.text, DEFAULT_RANKING)) for query in queries]
-                    results[name] = {
-                        "dev": score([r for r in rows if r[0].split == "dev"]),
-                        "test": score([r for r in rows if r[0].split == "test"]),
-                        "all": score(rows),
-                    }
-                    if misses:
-                        _print_misses(name, rows, misses)
-                embeddings.COSINE_WEIGHT, embeddings.ENABLED = default_weight, False
-                embeddings.forget()
         finally:
             await fixture.close()
     return results
@@ -230,27 +207,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--misses", nargs="?", const="dev", choices=["dev", "test"],
                         help="list the queries of a split (default dev) whose best answer is not first")
     parser.add_argument("--only", help="evaluate only the ranking of this name")
-    parser.add_argument("--no-embeddings", action="store_true", help="skip the optional embedding ranking")
-    parser.add_argument("--cosine-weights", type=float, nargs="*", default=(), help="try these fusion weights (dev tuning)")
     args = parser.parse_args(argv)
-    embedded = False
-    if not args.no_embeddings:
-        from gateway.recall.embeddings import available
-
-        embedded = available()
     rankings: list[Ranking] = list(LADDER)
     if args.only:
         rankings = [r for r in rankings if r.name == args.only]
     per_project = asyncio.run(
-        evaluate(rankings, misses=args.misses, embedded=embedded, cosine_weights=args.cosine_weights)
+        evaluate(rankings, misses=args.misses)
     )
     pooled = asyncio.run(
-        evaluate(rankings, pooled=True, misses=args.misses, embedded=embedded, cosine_weights=args.cosine_weights)
+        evaluate(rankings, pooled=True, misses=args.misses)
     )
     if args.json:
         print(json.dumps({"per_project": per_project, "pooled": pooled}, indent=2))
         return 0
     entries, queries = load()
+    queries = [q for q in queries if q.relevant]
     total = sum(len(v) for v in entries.values())
     dev = sum(1 for q in queries if q.split == "dev")
     print(f"{total} entries in {len(entries)} projects; {len(queries)} queries ({dev} dev, {len(queries) - dev} test)")

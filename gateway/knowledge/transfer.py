@@ -331,6 +331,7 @@ async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
         for values in parsed.entries:
             if values["state"] == "trusted":
                 await q.index.add(_indexable(values, entry_seqs[values["id"]], project.id, slug))
+                await q.track_vector(entry_seqs[values["id"]], project.id)
 
     await driver.write(unit)
     return Summary(slug, dict(parsed.counts))

@@ -173,14 +173,8 @@ async def _send_rewritten(send: Any, start: Any, body: bytes, sent_credential: b
 
 
 def build_mcp_app(hub: Any) -> tuple[Any, Any]:
-    # The agents' door brings recall's optional extra with it: with
-    # RELAYROOM_RECALL_EMBEDDINGS=1 (and the extra installed) this process
-    # fuses embeddings into every recall, REST and MCP alike.
-    from gateway.recall.embeddings import install
-
     from gateway.mcp.tools import _tool_error, register_tools
 
-    install(hub)
     server = MCPServer(
         "relayroom",
         version=__version__,  # what a client shows in serverInfo; empty tells it nothing

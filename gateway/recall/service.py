@@ -11,20 +11,29 @@ uses anyway.  The recall's count takes no lock (a principal's recalls at once
 on several processes may pass the budget by the few in flight); recall_used
 counts under a lock, as the write budgets do.  A repeated `recall_used` of a
 pair already counted writes nothing and spends nothing.
+
+The ranking (`gateway.recall.stages`) is lexical, or fused with the semantic
+stage when the hub handed one in (decided once, from the settings).  A fused
+recall computes the query's vector on a worker thread while a first read
+checks the budget and gathers the lexical candidates; a second read ranks
+them with the project's vectors, then the record is written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Callable
 
 from gateway.core.clock import HOUR, Clock
-from gateway.core.errors import Invalid, NotFound
+from gateway.core.errors import Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
 from gateway.knowledge.inputs import validate_kind
 from gateway.knowledge.service import WriteLimits, over_budget
 from gateway.knowledge.model import Entry, Principal
+from gateway.recall import stages
 from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.semantic import SemanticStage, SemanticStatus
 from gateway.store.base import Driver, read_then_write
 from gateway.store.queries import Queries
 
@@ -33,11 +42,21 @@ MAX_LIMIT = 50
 
 
 class Recall:
-    def __init__(self, driver: Driver, clock: Clock, limits: Callable[[], WriteLimits] = WriteLimits) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        clock: Clock,
+        limits: Callable[[], WriteLimits] = WriteLimits,
+        semantic: SemanticStage | None = None,
+        status: SemanticStatus | None = None,
+    ) -> None:
         self.driver = driver
         self.clock = clock
         self.limits = limits  # read per call: the hub's budgets as they are now
         self.metrics: Any = None  # set by the Hub: the recall latency histogram
+        self.semantic = semantic
+        self._refused: dict[tuple[int, str], float] = {}  # (project, principal) -> until when, see _embed_while_searching
+        self.status = status or SemanticStatus("lexical", "no semantic model configured (RELAYROOM_SEMANTIC_MODEL)")
 
     async def _within_budget(self, q: Queries, principal: Principal, now: float, *, lock: bool) -> None:
         limit = self.limits().recalls_per_hour
@@ -61,10 +80,17 @@ class Recall:
         now = self.clock.now()
         project = principal.project
         recall_id = ""
+        stage = self.semantic
+        vector: Any = None
+        candidates: list[tuple[Entry, float]] = []
+        if stage is not None and query.strip():
+            vector, candidates = await self._embed_while_searching(stage, principal, query, kind, limit, now)
 
         async def search(q: Queries) -> list[tuple[Entry, float]]:
+            if stage is not None and vector is not None:
+                return await stages.fused(q, stage, vector, candidates, project.id, query, kind, limit, now)
             await self._within_budget(q, principal, now, lock=False)  # before the search costs anything
-            return await q.search(project.id, query, kind, limit, now)
+            return await stages.lexical(q, project.id, query, kind, limit, now)
 
         async def record(q: Queries, results: list[tuple[Entry, float]]) -> None:
             nonlocal recall_id
@@ -79,6 +105,35 @@ class Recall:
         if self.metrics is not None:
             self.metrics.recall_seconds.observe(time.perf_counter() - started)
         return recall_id, results
+
+    async def _embed_while_searching(
+        self, stage: SemanticStage, principal: Principal, query: str, kind: str | None, limit: int, now: float
+    ) -> tuple[Any, list[tuple[Entry, float]]]:
+        """The query's vector (on a worker thread) and the lexical candidates
+        (a read of the store, budget checked first), at the same time: the
+        model is most of a fused recall's time.  A caller refused for its
+        budget is remembered for a minute, so that a client hammering past
+        its budget does not make the model run for each refusal."""
+        key = (principal.project.id, principal.name)
+        embedding = asyncio.ensure_future(stage.embed_query(query)) if self._refused.get(key, 0.0) <= now else None
+
+        async def lexical(q: Queries) -> list[tuple[Entry, float]]:
+            await self._within_budget(q, principal, now, lock=False)
+            return await q.search(principal.project.id, query, kind, max(limit, stages.CANDIDATES), now)
+
+        try:
+            candidates = await self.driver.read(lexical)
+        except BaseException as error:
+            if embedding is not None:
+                embedding.cancel()  # the thread finishes its one query; the result is dropped
+            if isinstance(error, RateLimited):
+                if len(self._refused) > 10_000:
+                    self._refused.clear()
+                self._refused[key] = now + 60.0
+            raise
+        self._refused.pop(key, None)
+        vector = await (embedding if embedding is not None else stage.embed_query(query))
+        return vector, candidates
 
     async def used(self, principal: Principal, recall_id: Any, entry_id: Any) -> bool:
         """Record that a recalled entry shaped the caller's work.  Each

@@ -201,7 +201,7 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
                 at {REAL} NOT NULL
             )""",
             "CREATE INDEX thread_messages_poster_time ON thread_messages(project_id, posted_by, at)",
-            # Recall's optional embedding vectors (gateway/recall/embeddings.py), one per trusted entry.
+            # Recall's embedding vectors, rebuilt in version 4.
             """CREATE TABLE entry_vectors (
                 seq {INT} PRIMARY KEY,
                 project_id {INT} NOT NULL,
@@ -238,6 +238,31 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             # (a test, or an operator's restore) may keep them.
             "CREATE INDEX IF NOT EXISTS recalls_principal_at ON recalls(project_id, principal, at)",
             "CREATE INDEX IF NOT EXISTS proposals_proposer_time ON proposals(project_id, proposed_by, created_at)",
+        ],
+    ),
+    (
+        4,
+        [
+            # Recall's semantic stage (gateway/recall/semantic.py).  A row exists
+            # exactly while its entry is trusted: the transaction that moves an
+            # entry into trust inserts it (model and vector NULL, a placeholder)
+            # and the one that takes it out deletes it.  The model runs outside
+            # every transaction, so a background fill replaces the placeholder
+            # by a row with the vector (a fresh id: the id is how a process
+            # notices its cached matrix is stale); a fill that comes after a
+            # demotion finds no placeholder and writes nothing.  The v1 table
+            # was filled by a background job only, so it is rebuilt.
+            "DROP TABLE IF EXISTS entry_vectors",
+            """CREATE TABLE entry_vectors (
+                id {ID},
+                seq {INT} NOT NULL UNIQUE,
+                project_id {INT} NOT NULL,
+                model {TEXT},
+                vector {BLOB}
+            )""",
+            "CREATE INDEX entry_vectors_model ON entry_vectors(project_id, model, id)",
+            "CREATE INDEX entry_vectors_pending ON entry_vectors(model, id)",
+            "INSERT INTO entry_vectors (seq, project_id) SELECT seq, project_id FROM entries WHERE state = 'trusted' ORDER BY seq",
         ],
     ),
 ]

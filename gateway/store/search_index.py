@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway.recall import embeddings
 from gateway.knowledge.model import Entry
 from gateway.recall.search import (
     DEFAULT_RANKING,
@@ -104,8 +103,6 @@ class SqliteFtsIndex:
         wanted = max(limit, min(ranking.candidates, limit * 3))
         for attempt in range(2):
             hits = await self._ranked(project_id, plan, kind, wanted, ranking)
-            if embeddings.ENABLED:
-                hits = await embeddings.fuse_with_vectors(self.tx, project_id, query, hits)
             live = await self._live(list(hits), kind, now)
             # Expired entries leave recall at once but the index only at the
             # sweep: if they crowded the top, look further down once.

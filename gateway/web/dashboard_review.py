@@ -128,6 +128,7 @@ async def learning(request: Request) -> Response:
         report=report,
         days=days,
         windows=LEARNING_WINDOWS,
+        ranking=hub.recall.status,
         recalls_chart=charts.bar_chart(
             labels, [("recalls", "recalls", [d.recalls for d in report.per_day])], width=HALF_CHART
         ),

@@ -19,7 +19,13 @@ async def readyz(request: Request) -> Response:
     store_ok = await hub.driver.ping()
     maps = hub.checkmaps.status()
     ready = store_ok and hub.started
-    body = {"ready": ready, "store": "ok" if store_ok else "unavailable", "checkmaps": maps}
+    status = hub.recall.status
+    body = {
+        "ready": ready,
+        "store": "ok" if store_ok else "unavailable",
+        "checkmaps": maps,
+        "recall": {"ranking": status.ranking, "detail": status.detail},
+    }
     return JSONResponse(body, status_code=200 if ready else 503)
 
 

@@ -521,6 +521,8 @@ async def test_the_learning_panel_draws_figures(client: Any, acme: Any) -> None:
     assert text.count("<svg") >= 3 and "<rect" in text and "<polyline" in text
     assert re.search(r'data-figure="recalls"><span class="tile-number">1<', text)
     assert re.search(r'data-figure="use-rate"><span class="tile-number">100%<', text)
+    # No model configured here: the panel says recall is lexical.
+    assert re.search(r'data-figure="ranking">Ranking in force: <strong>lexical</strong>', text)
     assert (await client.get("/projects/acme/learning?days=0", headers=HTML)).status_code == 422
 
 

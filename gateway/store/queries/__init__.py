@@ -21,6 +21,7 @@ the services and the drivers know:
     proposals     the owner's proposals queue
     threads       thread messages and their budget
     learning      use and recall statistics for the playbook and learning report
+    vectors       recall's embedding vectors, one row per trusted entry
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from gateway.store.queries.recalls import INSERT_RECALL, RECALLED_ENTRIES, Recal
 from gateway.store.queries.sessions import SessionQueries
 from gateway.store.queries.supports import SupportQueries
 from gateway.store.queries.threads import ThreadQueries
+from gateway.store.queries.vectors import VectorQueries
 
 __all__ = [
     "ENTRY_COLUMNS",
@@ -76,5 +78,6 @@ class Queries(
     ProposalQueries,
     ThreadQueries,
     LearningQueries,
+    VectorQueries,
 ):
     """One transaction's queries, every domain's."""

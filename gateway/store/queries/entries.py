@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.knowledge.model import ContradictionRecord, Entry, Support
+from gateway.store.queries import vectors
 from gateway.store.queries.common import ENTRY_COLUMNS, STATE_FILTERS, QueryBase, _dump, _entry, _load
 
 
@@ -177,7 +178,7 @@ class EntryQueries(QueryBase):
         promoted_at: float | None = None,
         promoted_by: str | None = None,
     ) -> None:
-        """Move an entry and keep the recall index in step with `trusted`."""
+        """Move an entry and keep the recall index and its vector row in step with `trusted`."""
         was_indexed = entry.state == "trusted"
         if promoted_at is not None:
             await self.tx.run(
@@ -193,8 +194,10 @@ class EntryQueries(QueryBase):
         entry.state = state
         if state == "trusted" and not was_indexed:
             await self.index.add(entry)
+            await vectors.track(self.tx, entry.seq, entry.project_id)
         elif state != "trusted" and was_indexed:
             await self.index.remove(entry)
+            await vectors.untrack(self.tx, entry.seq)
 
     async def set_expiry(self, entry: Entry, expires_at: float | None) -> None:
         """An owner's new expiry.  Recall checks expiry at query time, so the

@@ -1,0 +1,165 @@
+"""Fusing recall's two rankings, and how good the best answer is.
+
+Pure functions over what the two stages found; no store, no model.
+
+The lexical ranking (BM25 or ts_rank, with synonyms and kind hints) is
+right when the question shares telling words with one entry: a pasted error
+code, a file name, a flag.  The embedding is right when the question says
+the same thing in other words.  So the weight `a` of the lexical side is
+chosen per question from how sure each side is of its first answer:
+
+- lexical margin: 1 - (second lexical score / best lexical score).  One
+  entry far ahead on the words means the words decided.
+- separation: best cosine minus second best.  A clear winner by meaning.
+- a rare match: the best lexical hit holds a word of the question that is
+  written like a token (digits, dots, underscores, slashes, dashes or inner
+  capitals: `E0463`, `uv.lock`) and that at most `rare_df` entries of the
+  project hold; an embedding model reads such tokens worst.
+
+`a = clip(base + margin_gain * lexical margin - separation_gain * separation)`,
+at least `rare_weight` on a rare match; both sides are scaled to 0..1 within
+the question (score / best score; cosine below `cosine_floor` counts as
+nothing) and `fused = a * lexical + (1 - a) * semantic`.
+
+Relevance ("is anything here an answer?") reads the best cosine and the
+coverage (the share of the question's content words the best lexical hit
+holds): `logistic((top cosine + 0.2 * coverage - 0.5) / 0.1)`; lexical
+recall alone uses `logistic((coverage - 0.28) / 0.15)`.  Each result's score
+is that relevance times its fused score relative to the best, so scores run
+0..1, best first, and the first one reads as a confidence: below 0.5,
+probably nothing relevant.  docs/recall.md has the figures behind each number.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from gateway.recall.search import STOP_WORDS, terms, words
+
+_TOKEN_LIKE = re.compile(r"[A-Za-z]*[0-9_./\\-][\w./\\-]*|[a-z]+[A-Z]\w*|[A-Z]{2,}\w*")
+
+
+@dataclass(frozen=True)
+class FusionRule:
+    base: float = 0.4  # the lexical weight when neither side stands out
+    margin_gain: float = 0.4
+    separation_gain: float = 2.0
+    rare_df: int = 2
+    rare_weight: float = 0.8
+    cosine_floor: float = 0.0
+    relevance_coverage: float = 0.2  # relevance = logistic((top cosine + this * coverage - centre) / width)
+    relevance_centre: float = 0.5
+    relevance_width: float = 0.1
+    lexical_centre: float = 0.28  # lexical-only relevance = logistic((coverage - centre) / width)
+    lexical_width: float = 0.15
+
+
+DEFAULT_RULE = FusionRule()
+
+
+@dataclass(frozen=True)
+class Readings:
+    coverage: float
+    rare_match: bool
+    lexical_margin: float
+    separation: float
+    top_cosine: float
+    weight: float  # the lexical weight chosen
+
+
+def token_like_terms(query: str) -> set[str]:
+    """The words of the query's tokens that look pasted: `E0463`, `uv.lock`, `--locked`."""
+    found: set[str] = set()
+    for token in query.split():
+        token = token.strip("`'\"()[]{},;:!?")
+        if token and _TOKEN_LIKE.fullmatch(token):
+            found.update(w for w in words(token) if w not in STOP_WORDS)
+    return found
+
+
+def coverage(query_terms: Sequence[str], text: str) -> float:
+    """Share of the query's content words that `text` holds (0..1)."""
+    if not query_terms:
+        return 0.0
+    held = set(words(text))
+    return sum(1 for t in query_terms if t in held) / len(query_terms)
+
+
+def logistic(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, x))))
+
+
+def read(
+    query: str,
+    top_lexical_text: str | None,
+    lexical_best_first: Sequence[float],
+    cosines_best_first: Sequence[float],
+    df: Mapping[str, int],
+    rule: FusionRule = DEFAULT_RULE,
+) -> Readings:
+    """The readings of one question; `df` is the project's document
+    frequency per word (empty when unknown: no rare match then)."""
+    cov = coverage(terms(query), top_lexical_text) if top_lexical_text else 0.0
+    rare = False
+    if top_lexical_text and df:
+        held = set(words(top_lexical_text))
+        rare = any(t in held and 0 < df.get(t, 0) <= rule.rare_df for t in token_like_terms(query))
+    best = lexical_best_first[0] if lexical_best_first else 0.0
+    runner_up = lexical_best_first[1] if len(lexical_best_first) > 1 else 0.0
+    margin = 1.0 - runner_up / best if best > 0 else 0.0
+    top = cosines_best_first[0] if cosines_best_first else 0.0
+    separation = top - cosines_best_first[1] if len(cosines_best_first) > 1 else 0.0
+    weight = rule.base + rule.margin_gain * margin - rule.separation_gain * separation
+    if rare:
+        weight = max(weight, rule.rare_weight)
+    return Readings(cov, rare, margin, separation, top, max(0.0, min(1.0, weight)))
+
+
+def fuse(
+    lexical: Iterable[tuple[int, float]],
+    cosine: Mapping[int, float],
+    readings: Readings,
+    rule: FusionRule = DEFAULT_RULE,
+) -> list[tuple[int, float]]:
+    """Every candidate of either side, best first, fused score (not yet 0..1
+    relevance: see `scored`).  Ties go to the newer entry."""
+    lexical = list(lexical)
+    best_lexical = max((s for _, s in lexical), default=0.0)
+    floor = rule.cosine_floor
+    best_cosine = max(cosine.values(), default=0.0) - floor
+    a = readings.weight
+    fused: dict[int, float] = {}
+    for seq in {s for s, _ in lexical} | set(cosine):
+        fused[seq] = 0.0
+    lexical_part = {seq: (score / best_lexical if best_lexical > 0 else 0.0) for seq, score in lexical}
+    for seq in fused:
+        semantic = max(0.0, cosine.get(seq, 0.0) - floor) / best_cosine if best_cosine > 0 else 0.0
+        fused[seq] = a * lexical_part.get(seq, 0.0) + (1 - a) * semantic
+    ranked = [(seq, score) for seq, score in fused.items() if score > 0]
+    ranked.sort(key=lambda item: (-item[1], -item[0]))
+    return ranked
+
+
+def relevance(readings: Readings, rule: FusionRule = DEFAULT_RULE) -> float:
+    """How likely the best result answers the question, 0..1 (fused recall)."""
+    signal = readings.top_cosine + rule.relevance_coverage * readings.coverage
+    return logistic((signal - rule.relevance_centre) / rule.relevance_width)
+
+
+def lexical_relevance(readings: Readings, rule: FusionRule = DEFAULT_RULE) -> float:
+    """The same when recall is lexical only: from coverage alone."""
+    return logistic((readings.coverage - rule.lexical_centre) / rule.lexical_width)
+
+
+def scored(ranked: Sequence[tuple[int, float]], top_relevance: float) -> list[tuple[int, float]]:
+    """Scores an agent can read: the best result's is the relevance, the
+    others scale down with their fused score."""
+    if not ranked:
+        return []
+    best = ranked[0][1]
+    if best <= 0:
+        return [(seq, 0.0) for seq, _ in ranked]
+    return [(seq, top_relevance * score / best) for seq, score in ranked]

