@@ -240,7 +240,8 @@ def main() -> int:
             wrk_run(server.port, [request_line("GET", "/healthz")] * WARM, args.clients)
             batches = [attestation_lines(tokens[r * args.requests:(r + 1) * args.requests]) for r in range(args.rounds)]
             with profiled(server.pid, args.profile):
-                rounds = compare(server, "POST /v1/attestations", batches, args.clients)
+                rounds = compare(server, "POST /v1/attestations", batches, args.clients,
+                                 baseline_requests=max(args.requests, 20000))
             log_lines = server.log_lines
     found = ratios(rounds)
     cpu_ratios = [h["server_cpu_us"] / a["server_cpu_us"] for h, a in rounds]
