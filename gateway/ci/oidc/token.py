@@ -172,7 +172,8 @@ def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, pe
 
 
 def check_claims(claims: dict[str, Any], *, issuer: str, audience: str) -> None:
-    """Presence, issuer, audience, and the string-typed claims, in PyJWT's order and with its verdicts."""
+    """Presence, issuer, audience, and the string-typed claims, in PyJWT's order and with its verdicts,
+    then the audience list's own rule."""
     for name in REQUIRED_CLAIMS:
         if claims.get(name) is None:
             raise Unauthorized(f"the token has no {name} claim", code="missing_claim", extra={"claim": name})
@@ -187,14 +188,17 @@ def check_claims(claims: dict[str, Any], *, issuer: str, audience: str) -> None:
         raise Unauthorized(
             f"the token's aud is not {audience!r}; request the token with audience {audience!r}", code="invalid_audience"
         )
+    for name in ("sub", "jti"):
+        if name in claims and not isinstance(claims[name], str):
+            raise Unauthorized("the token's sub or jti is not a string", code="invalid_claim")
+    # Stricter than PyJWT, after its checks (so a token both rules refuse is
+    # refused for PyJWT's reason, as it always was): a list audience may hold
+    # nothing but ours.
     if any(item != audience for item in audiences):
         raise Unauthorized(
             f"the token's audience list holds more than {audience!r}; request the token with audience {audience!r} only",
             code="invalid_audience",
         )
-    for name in ("sub", "jti"):
-        if name in claims and not isinstance(claims[name], str):
-            raise Unauthorized("the token's sub or jti is not a string", code="invalid_claim")
 
 
 def _refuse_unencoded_payload(token: str, key: PyJWK) -> None:

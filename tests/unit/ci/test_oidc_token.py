@@ -118,7 +118,7 @@ _VARIANTS: dict[str, list[Any]] = {
 }
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(changes=st.dictionaries(st.sampled_from(sorted(_VARIANTS)), st.integers(0, 10), max_size=3),
        drop=st.lists(st.sampled_from(sorted(_VARIANTS)), max_size=2, unique=True),
        signer=st.sampled_from(["issuer", "issuer", "other key", "es256 key", "tampered"]))
