@@ -118,8 +118,10 @@ class LoopBatchingHandler(logging.Handler):
         self.stream = stream
         self._lines: list[bytes] = []
         self._size = 0
-        self._scheduled = False
-        self._loop_thread: int | None = None
+        # The loop a flush is scheduled on: a loop that closes before its
+        # callback runs (asyncio.run returning) must not leave later lines
+        # waiting, so another loop schedules its own.
+        self._scheduled: asyncio.AbstractEventLoop | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -137,8 +139,8 @@ class LoopBatchingHandler(logging.Handler):
             self._size += len(line)
             if self._size >= self.MAX_BUFFER:
                 self._write_out()
-            elif not self._scheduled:
-                self._scheduled = True
+            elif self._scheduled is not loop:
+                self._scheduled = loop
                 loop.call_soon(self.flush)
 
     def flush(self) -> None:
@@ -146,7 +148,7 @@ class LoopBatchingHandler(logging.Handler):
             self._write_out()
 
     def _write_out(self) -> None:
-        self._scheduled = False
+        self._scheduled = None
         if not self._lines:
             return
         data = b"".join(self._lines)

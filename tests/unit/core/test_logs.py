@@ -187,3 +187,27 @@ def test_relayroom_serve_on_a_terminal_writes_text_lines(tmp_path: Path) -> None
     line = next(x for x in text.splitlines() if "/healthz 200" in x)
     assert " info    GET /healthz 200 " in line and f"request_id={answered.headers['x-request-id']}" in line
     assert not any(x.lstrip().startswith("{") for x in text.splitlines() if x.strip())  # no JSON on a terminal
+
+
+def test_a_loop_that_closes_before_its_flush_does_not_hold_later_lines(
+        batching: tuple[logging.Logger, CountingStream]) -> None:
+    logger, stream = batching
+
+    first = asyncio.new_event_loop()
+
+    async def log_and_leave() -> None:
+        logger.info("last line of a loop")  # schedules a flush on this loop...
+        first.stop()  # ...which stops before its next turn runs it
+
+    first.run_until_complete(log_and_leave())
+    first.close()
+    assert stream.writes == 0
+
+    async def next_loop() -> None:
+        logger.info("first line of the next loop")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+
+    asyncio.run(next_loop())
+    assert [json.loads(x)["msg"] for x in stream.getvalue().decode().splitlines()] == [
+        "last line of a loop", "first line of the next loop"]
