@@ -69,7 +69,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.core.logs import configure_logging
 
     sys.stdout.flush()
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_format)
     uvicorn.run(
         "gateway.web.app:app_from_env",
         factory=True,

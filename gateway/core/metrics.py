@@ -6,6 +6,8 @@ each, or put the gateway behind one process per host.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -29,10 +31,19 @@ class Metrics:
             "relayroom_recall_seconds", "recall latency inside the gateway", buckets=LATENCY_BUCKETS, registry=r
         )
         self.refusals = Counter("relayroom_refusals_total", "refused requests by error code", ["code"], registry=r)
+        # labels() validates and looks up its arguments on every call; a
+        # request's children are found in one dictionary look-up instead.
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.request_seconds.labels(route).observe(seconds)
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = (self.requests.labels(method, route, str(status)), self.request_seconds.labels(route))
+            if len(self._children) < 4096:  # methods come from clients: keep the cache bounded
+                self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

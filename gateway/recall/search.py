@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Iterable, Sequence
 
 from gateway.recall.vocabulary import KIND_HINTS, synonyms_for
@@ -121,9 +122,9 @@ def words(text: str) -> list[str]:
     return [m.group(0).replace("’", "'") for m in _WORD.finditer(text[:MAX_QUERY_CHARS].casefold())]
 
 
-def terms(query: str, *, stop_words: bool = True) -> list[str]:
-    """The query's distinct content words, lower-cased, in order."""
-    all_words = words(query)
+def terms(query: str, *, stop_words: bool = True, tokens: list[str] | None = None) -> list[str]:
+    """The query's distinct content words, lower-cased, in order (`tokens`: its `words`, if already split)."""
+    all_words = words(query) if tokens is None else tokens
     seen: dict[str, None] = {}
     for word in all_words:
         if stop_words and (word in STOP_WORDS or len(word) < 2 and not word.isdigit()):
@@ -140,31 +141,63 @@ def terms(query: str, *, stop_words: bool = True) -> list[str]:
     return list(seen)
 
 
-def hinted_kinds(query: str) -> frozenset[str]:
-    """The entry kinds a question asks for in so many words."""
-    text = " " + " ".join(words(query)) + " "
-    found = set()
+def _cue_tables() -> tuple[dict[str, frozenset[str]], tuple[tuple[str, str], ...]]:
+    """Kind cues of one word (looked up in a dict) and of several (searched in the text)."""
+    single: dict[str, set[str]] = {}
+    multi: list[tuple[str, str]] = []
     for kind, cues in KIND_HINTS.items():
-        if any(f" {cue} " in text for cue in cues):
-            found.add(kind)
+        for cue in cues:
+            if " " in cue:
+                multi.append((f" {cue} ", kind))
+            else:
+                single.setdefault(cue, set()).add(kind)
+    return {cue: frozenset(kinds) for cue, kinds in single.items()}, tuple(multi)
+
+
+_SINGLE_CUES, _MULTI_CUES = _cue_tables()
+
+
+def hinted_kinds(query: str, *, tokens: list[str] | None = None) -> frozenset[str]:
+    """The entry kinds a question asks for in so many words."""
+    tokens = words(query) if tokens is None else tokens
+    found: set[str] = set()
+    for token in tokens:
+        kinds = _SINGLE_CUES.get(token)
+        if kinds:
+            found |= kinds
+    if _MULTI_CUES:
+        text = " " + " ".join(tokens) + " "
+        for cue, kind in _MULTI_CUES:
+            if kind not in found and cue in text:
+                found.add(kind)
     return frozenset(found)
+
+
+@lru_cache(maxsize=8192)
+def expansion_words(term: str, per_term: int) -> tuple[str, ...]:
+    """The words of `term`'s first `per_term` synonyms, stop words left out
+    (a pure function of the curated table, so kept per process: agents' questions share words)."""
+    out: list[str] = []
+    for synonym in synonyms_for(term)[:per_term]:
+        out.extend(part for part in words(synonym) if part not in STOP_WORDS)
+    return tuple(out)
 
 
 def plan_query(query: str, ranking: Ranking | None = None) -> QueryPlan:
     """What to look for: weighted phrases and kind hints.  Never raises."""
     ranking = ranking or DEFAULT_RANKING
-    base = terms(query, stop_words=ranking.stop_words)
+    tokens = words(query)
+    base = terms(query, stop_words=ranking.stop_words, tokens=tokens)
     phrases: dict[str, Phrase] = {}
     for term in base:
         phrases[term] = Phrase(term, ranking.original_weight, ranking.prefix and len(term) >= MIN_PREFIX_CHARS)
     if ranking.synonyms:
         for term in base:
-            for synonym in synonyms_for(term)[: ranking.expansions_per_term]:
-                for part in words(synonym):
-                    if part not in phrases and part not in STOP_WORDS:
-                        phrases[part] = Phrase(part, 1, False, expansion=True)
+            for part in expansion_words(term, ranking.expansions_per_term):
+                if part not in phrases:
+                    phrases[part] = Phrase(part, 1, False, expansion=True)
     kept = tuple(phrases.values())[:MAX_PHRASES]
-    hints = hinted_kinds(query) if ranking.kind_hints else frozenset()
+    hints = hinted_kinds(query, tokens=tokens) if ranking.kind_hints else frozenset()
     return QueryPlan(kept, hints, ranking.original_weight)
 
 

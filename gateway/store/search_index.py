@@ -142,8 +142,21 @@ class SqliteFtsIndex:
             rows = await self.tx.all(ranked_sql, scoped(expression), wanted)
             return [(int(r["seq"]), float(r["score"])) for r in rows]
 
+        everything = await matches(plan.phrases)
+        if everything <= wanted:
+            # Every matching row fits in one answer, so each of the two
+            # ranked lists would hold all of its rows and `fuse` would add
+            # them whole: one query with the agent's words repeated
+            # `original_weight` times gives the same sums (BM25 adds over
+            # the query's phrases), divided by that weight.  One statement
+            # instead of two: a small project, a long question.
+            expression = fts5_expression(plan.phrases, repeat=True)
+            assert expression is not None
+            rows = await self.tx.all(ranked_sql, scoped(expression), wanted)
+            weight = max(1, plan.original_weight)
+            return {int(r["seq"]): float(r["score"]) / weight for r in rows}
         pruned = Pruned(plan.originals, plan.expansions, False)
-        if await matches(plan.phrases) > COMMON_ROWS:
+        if everything > COMMON_ROWS:
             counts = {p.text: await matches((p,)) for p in plan.phrases}
             pruned = prune(plan, counts)
         originals = await run(pruned.originals, pruned.require_all)

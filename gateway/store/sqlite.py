@@ -212,6 +212,22 @@ class SqliteDriver:
     async def _run_group(self, queries: Any, group: list[Any]) -> None:
         conn = self._writer
         assert conn is not None
+        # A group of telemetry only (recall records) commits without its
+        # fsync, as PostgreSQL's non-durable transactions do with
+        # synchronous_commit off: in WAL mode the commit is in the log the OS
+        # holds, so it survives the process being killed, and the next
+        # durable commit's fsync carries it to the disk.  A recall then never
+        # waits behind the fsync of the recall before it.
+        telemetry = all(not durable for _, _, durable in group)
+        if telemetry:
+            conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            await self._run_group_in(conn, queries, group)
+        finally:
+            if telemetry:
+                conn.execute("PRAGMA synchronous = FULL")
+
+    async def _run_group_in(self, conn: sqlite3.Connection, queries: Any, group: list[Any]) -> None:
         try:
             await asyncio.to_thread(conn.execute, "BEGIN IMMEDIATE")
         except sqlite3.Error as exc:

@@ -39,7 +39,7 @@ def app_from_env() -> Starlette:
     from gateway.core.logs import configure_logging
 
     config = Config.from_env()
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_format)
     app = build_app(Hub(config))
     # What is built at start (routes, the MCP SDK's pydantic models) lives as
     # long as the process: keep it out of the garbage collector's scans, whose

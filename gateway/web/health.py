@@ -34,14 +34,8 @@ async def metrics(request: Request) -> Response:
     return Response(hub.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-async def hello(request: Request) -> Response:
-    """The baseline route the benchmarks compare against."""
-    return Response(b"ok", media_type="text/plain")
-
-
 routes = [
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
-    Route("/bench/hello", hello, methods=["GET"]),
 ]

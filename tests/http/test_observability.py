@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.core.logs import JsonFormatter
+from gateway.core.logs import JsonFormatter, TextFormatter
 from tests.support.attest_fixtures import checkmap, github_binding, gitlab_binding, learn as learn_direct, write_map
 from tests.support.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import ProjectTokens, make_project
@@ -54,9 +54,19 @@ def total(samples: Samples, name: str) -> float:
 def json_log() -> Iterator[io.StringIO]:
     """Every log record of the process, formatted as production formats it
     (one JSON object per line), at DEBUG so nothing is filtered out."""
+    yield from _captured(JsonFormatter())
+
+
+@pytest.fixture
+def text_log() -> Iterator[io.StringIO]:
+    """The same records as a terminal shows them (RELAYROOM_LOG_FORMAT=text)."""
+    yield from _captured(TextFormatter())
+
+
+def _captured(formatter: logging.Formatter) -> Iterator[io.StringIO]:
     buffer = io.StringIO()
     handler = logging.StreamHandler(buffer)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(formatter)
     handler.setLevel(logging.DEBUG)
     root = logging.getLogger()
     level = root.level
@@ -195,7 +205,7 @@ async def test_every_log_line_of_a_request_carries_its_id(
 
 
 async def test_no_secret_reaches_a_log_line_or_an_error_body(
-    client: httpx.AsyncClient, hub: Any, acme: ProjectTokens, json_log: io.StringIO,
+    client: httpx.AsyncClient, hub: Any, acme: ProjectTokens, json_log: io.StringIO, text_log: io.StringIO,
     caplog: pytest.LogCaptureFixture, issuer: OidcIssuer,
 ) -> None:
     caplog.set_level(logging.DEBUG)
@@ -243,8 +253,8 @@ async def test_no_secret_reaches_a_log_line_or_an_error_body(
         for secret in secrets:
             assert secret not in exposed, (r.request.url.path, r.status_code)
             assert secret[:24] not in exposed  # not even a prefix
-    written = json_log.getvalue()
-    assert written, "nothing was logged: the check would be empty"
+    written = json_log.getvalue() + text_log.getvalue()
+    assert json_log.getvalue() and text_log.getvalue(), "nothing was logged: the check would be empty"
     records = " ".join(repr(vars(record)) for record in caplog.records)
     for secret in secrets:
         assert secret[:24] not in written

@@ -8,13 +8,18 @@ header or payload not a JSON object, an algorithm off the allow-list
 trusted.  Headers such as `jku`, `x5u`, `jwk`, `x5c` are never read: keys
 come only from the issuer's discovery document.
 
-`decode` verifies with PyJWT's public API only (`jwt.PyJWT().decode`, every
-option written out), so that a PyJWT release cannot change what is checked
-without its documented interface changing too; it then checks the time
-claims against the hub's clock (PyJWT reads the wall clock, which tests and
-the store's notion of "now" do not share) with the same 60 s leeway.  PyJWT
-splits and parses the token again after `peek`: that second parse is the
-price of not reaching into its internals (bench/README.md has the figure).
+`decode` verifies what `peek` parsed, so a token is split, base64url-decoded
+and read as JSON once.  The signature is checked by PyJWT through its
+documented interface: the issuer's key is a `PyJWK`, parsed once per key
+set fetch (`keys.py`), and `PyJWK.Algorithm.verify` checks the signing
+input against it, the algorithm being the one the key was built for, never
+the one the token names.  The claim rules are written out below (required
+claims, iss, aud, sub and jti types, the times against the hub's clock with
+a 60 s leeway); `tests/unit/ci/test_oidc_token.py` holds them to
+`jwt.PyJWT().decode`'s verdicts on the same tokens.  Handing the token to
+`jwt.decode` instead would parse it a second time, and PyJWT 2.15 checks
+each segment's alphabet one character at a time in Python: for a
+GitHub-shaped token that was half of an attestation's verification time.
 """
 
 from __future__ import annotations
@@ -43,12 +48,13 @@ class Peeked:
     issuer: str
     kid: str
     alg: str
-    # The token peeked, its header and its claims as `jsonio` reads them:
-    # `decode` returns these claims once PyJWT has verified that very token
-    # (see there why).
+    # The token peeked and what `decode` verifies of it: nothing here is
+    # trusted before the signature over `signing_input` checks out.
     token: str = field(repr=False)
     header: dict[str, Any] = field(repr=False)
     claims: dict[str, Any] = field(repr=False)
+    signing_input: bytes = field(repr=False, default=b"")
+    signature: bytes = field(repr=False, default=b"")
 
 
 def _malformed(why: str) -> Unauthorized:
@@ -114,19 +120,18 @@ def peek(token: str) -> Peeked:
     kid = header.get("kid")
     if not isinstance(kid, str) or not 0 < len(kid) <= 256:
         raise Unauthorized("the token header carries no usable kid (key id)", code="unknown_kid")
-    _segment_bytes(parts[2], "signature")
+    signature = _segment_bytes(parts[2], "signature")
     _, claims = _segment_json(parts[1], "payload")
     issuer = claims.get("iss")
     if issuer is None:
         raise Unauthorized("the token has no iss claim", code="missing_claim", extra={"claim": "iss"})
     if not isinstance(issuer, str) or not 0 < len(issuer) <= 512:
         raise _malformed("iss is not a string")
-    return Peeked(issuer=issuer, kid=kid, alg=alg, token=token, header=header, claims=claims)
+    return Peeked(issuer=issuer, kid=kid, alg=alg, token=token, header=header, claims=claims,
+                  signing_input=f"{parts[0]}.{parts[1]}".encode("ascii"), signature=signature)
 
 
-# One instance for every token: options are passed per call, so it holds no
-# per-token state and is safe to share between threads.
-_VERIFIER = jwt.PyJWT()
+# Used only to refuse an RFC 7797 header for PyJWT's own reason (see there).
 _JWS = jwt.PyJWS()
 
 
@@ -134,59 +139,66 @@ def decode(token: str, key: PyJWK, *, issuer: str, audience: str, now: float, pe
            ) -> dict[str, Any]:
     """Verify signature and claims; return the verified claims.
 
-    The claims returned are the ones `peek` read with `jsonio`, as every
-    JSON on the request path is read, once PyJWT has verified this very
-    token: the two readers differ only on an integer past 64 bits (orjson
-    reads a float, `json` an int), which must not start to satisfy an id
-    binding because the verifier changed.  PyJWT's checks come out the same
-    on either reading: they test presence and strings."""
+    The claims are those `peek` read with `jsonio`, as every JSON on the
+    request path is read (an integer past 64 bits reads as a float, so it
+    never starts to satisfy an id binding because a parser changed)."""
     if peeked is None or peeked.token != token:  # a peek of another token says nothing about this one
         peeked = peek(token)
+    header = peeked.header
     try:
-        if peeked.header.get("b64", True) is False:
+        if header.get("b64", True) is False:
             _refuse_unencoded_payload(token, key)
-        _VERIFIER.decode(
-            token,
-            key=key,
-            algorithms=list(ALGORITHMS),
-            audience=audience,
-            issuer=issuer,
-            leeway=LEEWAY_SECONDS,
-            options={
-                "verify_signature": True,
-                "require": list(REQUIRED_CLAIMS),
-                "verify_iss": True,
-                "verify_aud": True,
-                # A list audience is allowed only when it holds nothing but
-                # ours: checked below, since strict mode refuses every list.
-                "strict_aud": False,
-                # Time claims are checked below against the hub's clock.
-                "verify_exp": False,
-                "verify_nbf": False,
-                "verify_iat": False,
-                "verify_sub": True,
-                "verify_jti": True,
-                # PyJWT's default, written out: a short issuer key is a
-                # warning in the log, not a refusal.
-                "enforce_minimum_key_length": False,
-            },
-        )
     except jwt_errors.PyJWTError as exc:
         raise _refusal(exc, audience) from None
-    except (TypeError, ValueError, OverflowError, RecursionError):
-        raise _malformed("its claims could not be read") from None
+    if "crit" in header:
+        # RFC 7515: a critical extension the verifier does not implement
+        # refuses the token; a CI token needs none.
+        raise Unauthorized("the token header lists critical extensions (crit), which CI tokens do not use",
+                           code="invalid_token")
+    if peeked.alg != key.algorithm_name:
+        raise Unauthorized("the token algorithm does not match its signing key", code="alg_not_allowed")
+    try:
+        verified = key.Algorithm.verify(peeked.signing_input, key.key, peeked.signature)
+    except (TypeError, ValueError):
+        verified = False
+    if not verified:
+        raise Unauthorized("the token signature does not verify with the issuer's key", code="invalid_signature")
     claims = peeked.claims
-    aud = claims.get("aud")
-    if isinstance(aud, list) and any(item != audience for item in aud):
+    check_claims(claims, issuer=issuer, audience=audience)
+    check_times(claims, now)
+    if not 0 < len(claims["jti"]) <= 256:
+        raise Unauthorized("jti must be a string of 1 to 256 characters", code="invalid_claim", extra={"claim": "jti"})
+    return claims
+
+
+def check_claims(claims: dict[str, Any], *, issuer: str, audience: str) -> None:
+    """Presence, issuer, audience, and the string-typed claims, in PyJWT's order and with its verdicts,
+    then the audience list's own rule."""
+    for name in REQUIRED_CLAIMS:
+        if claims.get(name) is None:
+            raise Unauthorized(f"the token has no {name} claim", code="missing_claim", extra={"claim": name})
+    if claims["iss"] != issuer:
+        raise Unauthorized("the token's iss is not the configured issuer", code="unknown_issuer")
+    aud = claims["aud"]
+    if not aud:  # an empty aud ("" or []) is no audience at all
+        raise Unauthorized("the token has no aud claim", code="missing_claim", extra={"claim": "aud"})
+    audiences = [aud] if isinstance(aud, str) else aud
+    if not isinstance(audiences, list) or any(not isinstance(item, str) for item in audiences) \
+            or audience not in audiences:
+        raise Unauthorized(
+            f"the token's aud is not {audience!r}; request the token with audience {audience!r}", code="invalid_audience"
+        )
+    for name in ("sub", "jti"):
+        if name in claims and not isinstance(claims[name], str):
+            raise Unauthorized("the token's sub or jti is not a string", code="invalid_claim")
+    # Stricter than PyJWT, after its checks (so a token both rules refuse is
+    # refused for PyJWT's reason, as it always was): a list audience may hold
+    # nothing but ours.
+    if any(item != audience for item in audiences):
         raise Unauthorized(
             f"the token's audience list holds more than {audience!r}; request the token with audience {audience!r} only",
             code="invalid_audience",
         )
-    check_times(claims, now)
-    jti = claims.get("jti")
-    if not isinstance(jti, str) or not 0 < len(jti) <= 256:
-        raise Unauthorized("jti must be a string of 1 to 256 characters", code="invalid_claim", extra={"claim": "jti"})
-    return claims
 
 
 def _refuse_unencoded_payload(token: str, key: PyJWK) -> None:

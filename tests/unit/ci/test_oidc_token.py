@@ -73,7 +73,93 @@ def test_decoding_matches_stock_pyjwt(running_issuer: OidcIssuer) -> None:
     stock = jwt.decode(token, PyJWK(running_issuer.key("RS256").public_jwk()), algorithms=["RS256"], audience="relayroom",
                        issuer=running_issuer.url)
     assert ours == stock
-    assert type(jwt_token._VERIFIER) is jwt.PyJWT and type(jwt_token._JWS) is jwt.PyJWS  # PyJWT's public API, no overrides
+
+
+# -- decode against PyJWT's own verdicts -----------------------------------------------------
+
+_STOCK_OPTIONS: Any = {
+    "verify_signature": True, "require": list(jwt_token.REQUIRED_CLAIMS), "verify_iss": True, "verify_aud": True,
+    "strict_aud": False, "verify_exp": False, "verify_nbf": False, "verify_iat": False, "verify_sub": True,
+    "verify_jti": True, "enforce_minimum_key_length": False,
+}
+
+
+def _stock_verdict(token: str, key: PyJWK, issuer: str, now: float) -> str:
+    """What `jwt.PyJWT().decode` says of the token (the time claims left to the
+    hub's clock, as the gateway does), then the gateway's own stricter rules:
+    "ok" or the refusal's code."""
+    try:
+        jwt_token.peek(token)
+        jwt.PyJWT().decode(token, key=key, algorithms=list(jwt_token.ALGORITHMS), audience="relayroom", issuer=issuer,
+                           leeway=60, options=_STOCK_OPTIONS)
+    except jwt.PyJWTError as exc:
+        return jwt_token._refusal(exc, "relayroom").code
+    except Unauthorized as refused:
+        return refused.code
+    claims = jwt_token.peek(token).claims
+    try:
+        aud = claims["aud"]
+        if isinstance(aud, list) and any(item != "relayroom" for item in aud):
+            return "invalid_audience"
+        jwt_token.check_times(claims, now)
+    except Unauthorized as refused:
+        return refused.code
+    return "ok" if 0 < len(claims["jti"]) <= 256 else "invalid_claim"
+
+
+_VARIANTS: dict[str, list[Any]] = {
+    "iss": [None, 7, "", "https://elsewhere.example", ["x"]],
+    "aud": [None, ["relayroom"], ["relayroom", "vault"], [], "vault", 5, ["relayroom", 5], {"a": 1}, [["relayroom"]]],
+    "exp": [None, "soon", 1.5, True, -1, 10**12],
+    "iat": [None, "x", float(10**9)],
+    "nbf": ["x", 0],
+    "jti": [None, "", 5, "j" * 257, ["a"], "ok"],
+    "sub": [None, 5, "repo:acme/api:ref:refs/heads/main"],
+}
+
+
+@settings(max_examples=600, deadline=None)
+@given(changes=st.dictionaries(st.sampled_from(sorted(_VARIANTS)), st.integers(0, 10), max_size=3),
+       drop=st.lists(st.sampled_from(sorted(_VARIANTS)), max_size=2, unique=True),
+       signer=st.sampled_from(["issuer", "issuer", "other key", "es256 key", "tampered"]))
+def test_decode_agrees_with_pyjwts_decode(running_issuer: OidcIssuer, changes: dict[str, int], drop: list[str],
+                                          signer: str) -> None:
+    """The claim rules written out in `decode` give PyJWT's verdict on every
+    token: accepted the same, refused with the same code."""
+    import base64
+    import json
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    now = time.time()
+    claims = running_issuer.github_claims(now)
+    for name, pick in changes.items():
+        options = _VARIANTS[name]
+        claims[name] = options[pick % len(options)]
+    for name in drop:
+        claims.pop(name, None)
+    if claims.get("iss") is None or not isinstance(claims.get("iss"), str) or not claims["iss"]:
+        claims["iss"] = running_issuer.url  # peek refuses these before decode is reached
+    rsa = running_issuer.key("RS256")
+    signing_key = running_issuer.key("ES256") if signer == "es256 key" else rsa
+    header = {"alg": signing_key.alg, "kid": signing_key.kid, "typ": "JWT"}
+    signing_input = b64(json.dumps(header).encode()) + "." + b64(json.dumps(claims).encode())
+    private = signing_key.private
+    if signer == "other key":
+        from tests.support.oidc_issuer import pooled_key
+        private = pooled_key("RS256")
+    signature = jwt.get_algorithm_by_name(signing_key.alg).sign(signing_input.encode(), private)
+    if signer == "tampered":
+        signature = bytes([signature[0] ^ 1]) + signature[1:]
+    token = f"{signing_input}.{b64(signature)}"
+    key = PyJWK(rsa.public_jwk())  # the key the gateway holds for that kid
+    try:
+        ours = "ok"
+        jwt_token.decode(token, key, issuer=running_issuer.url, audience="relayroom", now=now)
+    except Unauthorized as refused:
+        ours = refused.code
+    assert ours == _stock_verdict(token, key, running_issuer.url, now), (claims, signer)
 
 
 def test_es256_tokens_verify(running_issuer: OidcIssuer) -> None:

@@ -336,3 +336,39 @@ async def test_a_big_project_sets_common_words_aside_and_still_finds_the_rare_an
     assert len(common_only) == 5 and all("stdout" in e.statement for e, _ in common_only)
     _, with_a_typo = await hub.recall.recall(reader, "deploy logs stdotu", None, 5)
     assert len(with_a_typo) == 5 and all("deploy logs" in e.statement for e, _ in with_a_typo)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_small_projects_one_query_ranks_as_the_two_fused_queries(hub: Hub, acme: ProjectTokens) -> None:
+    """When every matching row fits in one answer, the index ranks with one
+    query (the agent's words repeated); the scores must be those of the two
+    queries `fuse` adds, whatever the question."""
+    from gateway.recall.search import DEFAULT_RANKING, fts5_expression, fuse, plan_query
+    from gateway.store.search_index import SqliteFtsIndex
+
+    await _trusted(hub, "acme", FIXTURE_SET)
+    project = await hub.accounts.project("acme")
+    table = SqliteFtsIndex.table(project.id)
+    r = DEFAULT_RANKING
+    score = f"bm25({table}, {r.statement_weight!r}, {r.evidence_weight!r}, {r.kind_weight!r}, {r.aliases_weight!r})"
+    sql = f"SELECT rowid AS seq, -{score} AS score FROM {table} WHERE {table} MATCH ? ORDER BY score DESC LIMIT 100"
+    used_one_query = 0
+    for question, _ in PARAPHRASES + [("how should I name the database migration when the test run fails in CI", "")]:
+        plan = plan_query(question)
+
+        async def both(q: Any) -> tuple[dict[int, float], dict[int, float]]:
+            index = SqliteFtsIndex(q.tx)
+            ours = await index._ranked(project.id, plan, None, 30, DEFAULT_RANKING)
+            lists = []
+            for phrases in (plan.originals, plan.expansions):
+                expression = fts5_expression(phrases)
+                rows = await q.tx.all(sql, expression) if expression else []
+                lists.append([(int(x["seq"]), float(x["score"])) for x in rows])
+            return ours, fuse(lists[0], lists[1], plan.original_weight)
+
+        ours, reference = await hub.driver.read(both)
+        used_one_query += len(reference) <= 30
+        assert ours.keys() == reference.keys(), question
+        for seq, value in reference.items():
+            assert ours[seq] == pytest.approx(value, rel=1e-9), question
+    assert used_one_query == len(PARAPHRASES) + 1  # the fixture set is small: every question took the one-query path
