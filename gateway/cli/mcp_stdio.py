@@ -1,0 +1,178 @@
+"""`relayroom mcp`: the gateway's MCP server for clients that only speak stdio.
+
+    RELAYROOM_URL    the gateway (default http://127.0.0.1:8750)
+    RELAYROOM_TOKEN  a project token (read, write or owner)
+
+    {"mcpServers": {"relayroom": {"command": "relayroom", "args": ["mcp"],
+                                  "env": {"RELAYROOM_URL": "...", "RELAYROOM_TOKEN": "..."}}}}
+
+A bridge, not a second server: it speaks MCP on stdin/stdout with the
+official SDK's stdio transport and forwards every request (tools, resources,
+prompts) to the gateway's `/mcp` with the token as the bearer credential,
+answering with whatever the gateway answered.  So the trust rule, the levels
+and the error bodies are the gateway's, and nothing is kept here: the
+process opens no store and holds no state but one HTTP connection.
+
+It connects once before serving, so a wrong URL or token is one line on
+stderr and exit status 1, not a client that starts and then fails every
+call.  The token is read from the environment only (never a flag, so it does
+not show in `ps`).  stdout carries only the protocol; anything to say goes
+to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import httpx2
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.types import (
+    CallToolRequestParams,
+    CallToolResult,
+    GetPromptRequestParams,
+    GetPromptResult,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+    TextContent,
+)
+
+from gateway.cli.main import CommandError
+
+DEFAULT_URL = "http://127.0.0.1:8750"
+TIMEOUT = 30.0
+INTERNAL_ERROR = -32603
+
+
+def bridge(upstream: Client) -> Server[Any]:
+    """A stdio-side server whose every handler asks the gateway."""
+    info = upstream.server_info
+
+    async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
+        listed = await _ask(upstream.list_tools(cursor=params.cursor if params else None))
+        return ListToolsResult(tools=listed.tools, next_cursor=listed.next_cursor)
+
+    async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+        try:
+            result: CallToolResult = await upstream.call_tool(params.name, params.arguments or {})
+        except MCPError:
+            raise
+        except Exception as exc:  # the gateway went away: the agent reads why, as a tool error
+            message = f"cannot reach the gateway: {_reason(exc)}"
+            return CallToolResult(
+                content=[TextContent(type="text", text=f"gateway_unreachable: {message}")],
+                structured_content={"error": {"code": "gateway_unreachable", "message": message}},
+                is_error=True,
+            )
+        return CallToolResult(content=result.content, structured_content=result.structured_content, is_error=result.is_error)
+
+    async def list_resources(ctx: Any, params: PaginatedRequestParams | None) -> ListResourcesResult:
+        listed = await _ask(upstream.list_resources(cursor=params.cursor if params else None))
+        return ListResourcesResult(resources=listed.resources, next_cursor=listed.next_cursor)
+
+    async def list_templates(ctx: Any, params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
+        listed = await _ask(upstream.list_resource_templates(cursor=params.cursor if params else None))
+        return ListResourceTemplatesResult(resource_templates=listed.resource_templates, next_cursor=listed.next_cursor)
+
+    async def read_resource(ctx: Any, params: ReadResourceRequestParams) -> ReadResourceResult:
+        read = await _ask(upstream.read_resource(str(params.uri)))
+        return ReadResourceResult(contents=read.contents)
+
+    async def list_prompts(ctx: Any, params: PaginatedRequestParams | None) -> ListPromptsResult:
+        listed = await _ask(upstream.list_prompts(cursor=params.cursor if params else None))
+        return ListPromptsResult(prompts=listed.prompts, next_cursor=listed.next_cursor)
+
+    async def get_prompt(ctx: Any, params: GetPromptRequestParams) -> GetPromptResult:
+        got = await _ask(upstream.get_prompt(params.name, params.arguments))
+        return GetPromptResult(description=got.description, messages=got.messages)
+
+    return Server(
+        info.name if info else "relayroom",
+        version=info.version if info else "",
+        title=info.title if info else None,
+        instructions=upstream.instructions,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
+
+
+async def _ask(request: Any) -> Any:
+    """The gateway's answer; its JSON-RPC errors pass through as they are."""
+    try:
+        return await request
+    except MCPError:
+        raise
+    except Exception as exc:
+        message = f"cannot reach the gateway: {_reason(exc)}"
+        raise MCPError(code=INTERNAL_ERROR, message=message, data={"error": {"code": "gateway_unreachable", "message": message}}) from None
+
+
+def _reason(exc: BaseException) -> str:
+    # The SDK wraps transport failures in exception groups; the innermost says why.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return str(exc) or type(exc).__name__
+
+
+async def serve(url: str, token: str) -> None:
+    endpoint = url.rstrip("/") + "/mcp"
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}", "User-Agent": "relayroom-mcp-stdio"}, timeout=TIMEOUT
+    )
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(http)
+        try:
+            upstream = await stack.enter_async_context(Client(streamable_http_client(endpoint, http_client=http)))
+        except Exception as exc:
+            raise CommandError(_connect_refusal(endpoint, token, exc)) from None
+        server = bridge(upstream)
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def _connect_refusal(endpoint: str, token: str, exc: BaseException) -> str:
+    """Why the first connection failed, in words: a refused token is not a network problem."""
+    try:
+        answer = httpx2.post(
+            endpoint,
+            json={"jsonrpc": "2.0", "id": 0, "method": "ping"},
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+            timeout=5,
+        )
+    except Exception:
+        return f"cannot reach the gateway at {endpoint}: {_reason(exc)} (is `relayroom serve` running? set RELAYROOM_URL)"
+    if answer.status_code == 401:
+        return f"the gateway at {endpoint} refused RELAYROOM_TOKEN (unknown or revoked): make one with `relayroom token create`"
+    return f"the gateway at {endpoint} did not open an MCP connection (HTTP {answer.status_code}): {_reason(exc)}"
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    token = os.environ.get("RELAYROOM_TOKEN", "").strip()
+    if not token:
+        raise CommandError("set RELAYROOM_TOKEN to a project token (relayroom token create ...)")
+    url = os.environ.get("RELAYROOM_URL", "").strip() or DEFAULT_URL
+    anyio.run(serve, url, token)
+    return 0
+
+
+def register(sub: Any) -> None:
+    mcp = sub.add_parser(
+        "mcp", help="speak MCP on stdin/stdout, forwarding to the gateway at RELAYROOM_URL with RELAYROOM_TOKEN"
+    )
+    mcp.set_defaults(func=cmd_mcp)
