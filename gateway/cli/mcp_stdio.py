@@ -72,10 +72,15 @@ def bridge(upstream: Client) -> Server[Any]:
             message = f"cannot reach the gateway: {_reason(exc)}"
             return CallToolResult(
                 content=[TextContent(type="text", text=f"gateway_unreachable: {message}")],
-                structured_content={"error": {"code": "gateway_unreachable", "message": message}},
                 is_error=True,
+                _meta={"relayroom/error": {"code": "gateway_unreachable", "message": message}},
             )
-        return CallToolResult(content=result.content, structured_content=result.structured_content, is_error=result.is_error)
+        return CallToolResult(
+            content=result.content,
+            structured_content=result.structured_content,
+            is_error=result.is_error,
+            _meta={k: v for k, v in (result.meta or {}).items() if k.startswith("relayroom/")} or None,
+        )
 
     async def list_resources(ctx: Any, params: PaginatedRequestParams | None) -> ListResourcesResult:
         listed = await _ask(upstream.list_resources(cursor=params.cursor if params else None))

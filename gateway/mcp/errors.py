@@ -1,9 +1,12 @@
 """Refusals an agent reads: one code, one plain sentence, the REST error body.
 
 A tool that refuses answers a tool error (`isError: true`): its text is
-`code: sentence` for clients that show only text, and its
-`structuredContent` is the same `{"error": {"code", "message"}}` body the
-REST API answers, so an agent can branch on the code either way.  The SDK's
+`code: sentence`, what the agent reads, and its `_meta` carries the same
+`{"code", "message"}` the REST API answers in its error body, under
+`relayroom/error`, for a program that branches on the code.  Not in
+`structuredContent`: clients (the TypeScript SDK's, so the Inspector's)
+check structured content against the tool's output schema even on an
+error, and the error body is not a recall result.  The SDK's
 own wording ("Error executing tool recall: 1 validation error for
 recallArguments ...", a pydantic dump with a documentation link) never
 reaches the agent: arguments that fail the published schema become one
@@ -45,11 +48,14 @@ def refused(exc: GatewayError) -> RefusedTool:
     return RefusedTool(exc.code, exc.message)
 
 
+ERROR_META = "relayroom/error"
+
+
 def error_result(code: str, message: str) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=f"{code}: {message}")],
-        structured_content={"error": {"code": code, "message": message}},
         is_error=True,
+        _meta={ERROR_META: {"code": code, "message": message}},
     )
 
 

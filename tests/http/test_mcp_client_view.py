@@ -150,8 +150,8 @@ async def test_bad_arguments_are_one_plain_sentence_in_the_error_shape(
 ) -> None:
     async with mcp_client(live_server, acme_live.writer) as client:
         result = await client.call_tool(tool, arguments)
-    assert result.is_error
-    assert result.structured_content == {"error": {"code": "invalid_argument", "message": message}}
+    assert result.is_error and result.structured_content is None  # an error is not a result of the output schema
+    assert result.meta is not None and result.meta["relayroom/error"] == {"code": "invalid_argument", "message": message}
     assert [getattr(block, "text") for block in result.content] == [f"invalid_argument: {message}"]
 
 
@@ -159,13 +159,11 @@ async def test_every_refusal_carries_its_code_in_the_error_shape(live_server: Li
     async with mcp_client(live_server, acme_live.reader) as client:
         level = await client.call_tool("learn", {"kind": "fact", "statement": "Readers cannot write."})
         unknown = await client.call_tool("forget", {"entry_id": "kn_x"})
-    assert level.is_error and level.structured_content is not None
-    assert level.structured_content["error"]["code"] == "insufficient_level"
-    assert "write token" in level.structured_content["error"]["message"]
+    assert level.is_error and level.meta is not None
+    assert level.meta["relayroom/error"]["code"] == "insufficient_level"
+    assert "write token" in level.meta["relayroom/error"]["message"]
     assert getattr(level.content[0], "text").startswith("insufficient_level: ")
-    assert unknown.structured_content == {
-        "error": {
-            "code": "unknown_tool",
-            "message": "there is no tool 'forget'; the tools are learn, recall, recall_used and report_error.",
-        }
+    assert unknown.meta is not None and unknown.meta["relayroom/error"] == {
+        "code": "unknown_tool",
+        "message": "there is no tool 'forget'; the tools are learn, recall, recall_used and report_error.",
     }

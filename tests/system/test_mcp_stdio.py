@@ -55,9 +55,8 @@ async def test_tools_resources_and_prompts_through_stdio(live_server: LiveServer
         learned = await client.call_tool("learn", {"kind": "pitfall", "statement": "The pooler cannot do prepared statements."})
         assert learned.structured_content is not None and learned.structured_content["state"] == "candidate"
         bad = await client.call_tool("recall", {"query": "x", "limit": 51})
-        assert bad.is_error and bad.structured_content == {
-            "error": {"code": "invalid_argument", "message": "limit must be at most 50, not 51."}
-        }
+        assert bad.is_error and bad.meta is not None
+        assert bad.meta["relayroom/error"] == {"code": "invalid_argument", "message": "limit must be at most 50, not 51."}
 
         playbook = (await client.read_resource("relayroom://RELAYROOM.md")).contents[0]
         assert getattr(playbook, "text").startswith("# RELAYROOM.md")
@@ -78,8 +77,8 @@ async def test_tools_resources_and_prompts_through_stdio(live_server: LiveServer
 async def test_a_reader_is_refused_what_it_may_not_do_through_stdio(live_server: LiveServer, acme_live: ProjectTokens) -> None:
     async with stdio(live_server.url, acme_live.reader) as client:
         refused = await client.call_tool("learn", {"kind": "fact", "statement": "Readers cannot write."})
-    assert refused.is_error and refused.structured_content is not None
-    assert refused.structured_content["error"]["code"] == "insufficient_level"
+    assert refused.is_error and refused.meta is not None
+    assert refused.meta["relayroom/error"]["code"] == "insufficient_level"
 
 
 def run_bridge(url: str, token: str | None) -> subprocess.CompletedProcess[str]:
