@@ -130,6 +130,13 @@ async def test_annotations_let_a_client_auto_approve_the_harmless_tools(
     }
     assert all(tool.title for tool in tools.values())
     assert "recall first" in (tools["learn"].description or "").lower()
+    # recall's schema is published flat (a client validates every answer against it; see tools.flat_schema)
+    import json
+
+    flat = json.dumps(tools["recall"].output_schema)
+    assert "$ref" not in flat and "anyOf" not in flat
+    entry = tools["recall"].output_schema["properties"]["entries"]["items"]  # type: ignore[index]
+    assert entry["properties"]["evidence"]["type"] == ["string", "null"] and "kind" in entry["required"]
     effect = tools["report_error"].output_schema["properties"]["effect"]  # type: ignore[index]
     assert "none" in effect["description"] and "changed no entry" in effect["description"]
 
