@@ -20,7 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from gateway.core.errors import GatewayError
+from gateway.core.errors import GatewayError, NotFound
 from gateway.knowledge.playbook import relayroom_md
 from gateway.mcp.auth import current_principal
 from gateway.mcp.errors import request_error
@@ -29,6 +29,7 @@ from gateway.recall.search import MAX_QUERY_CHARS
 PLAYBOOK_URI = "relayroom://RELAYROOM.md"
 ENTRY_TEMPLATE = "relayroom://entries/{entry_id}"
 PROMPT_RECALL_LIMIT = 8
+MAX_ENTRY_ID = 100
 
 Task = Annotated[
     str,
@@ -65,6 +66,9 @@ def register_context(server: Any, hub: Any) -> None:
         uri = ENTRY_TEMPLATE.format(entry_id=entry_id)
         try:
             principal = await current_principal(hub)
+            if len(entry_id) > MAX_ENTRY_ID:  # no id is that long: not worth a lookup, nor an echo
+                raise NotFound(f"no entry of {len(entry_id)} characters in project {principal.project.slug}",
+                               code="entry_not_found")
             found = await hub.knowledge.get(principal, entry_id)
         except GatewayError as exc:
             raise request_error(exc, uri) from None

@@ -113,7 +113,7 @@ def _problem(name: str, error: Any) -> str:
     if kind == "missing_argument":
         return f"{name} is required"
     if kind == "unexpected_keyword_argument" or kind == "extra_forbidden":
-        return f"{name} is not an argument of this tool"
+        return f"{name} is not one of the arguments"
     if kind == "literal_error":
         expected = ctx.get("expected", "")
         choices = [c.strip().strip("'\"") for c in str(expected).replace(" or ", ",").split(",") if c.strip()]
@@ -175,6 +175,12 @@ def prompt_error(name: str, exc: Exception, prompt_names: Iterable[str]) -> MCPE
     else:
         code, message = "prompt_failed", f"the prompt {name} could not be rendered."
     return MCPError(code=INVALID_PARAMS, message=f"{code}: {message}", data={"error": {"code": code, "message": message}})
+
+
+def unknown_resource(uri: str, names: list[str]) -> MCPError:
+    code, message = "resource_not_found", f"there is no resource {_shown(uri)}; the resources are {_listed(names, 'and')}."
+    return MCPError(code=RESOURCE_NOT_FOUND, message=f"{code}: {message}",
+                    data={"error": {"code": code, "message": message}, "uri": uri})
 
 
 def request_error(exc: GatewayError, uri: str | None = None) -> MCPError:

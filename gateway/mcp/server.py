@@ -23,7 +23,7 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver.context import Context
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp import MCPError
 from mcp.types import CallToolResult, GetPromptResult, InputRequiredResult
@@ -31,7 +31,7 @@ from pydantic import AnyHttpUrl
 
 from gateway import __version__
 from gateway.mcp.auth import ProjectTokenVerifier
-from gateway.mcp.errors import prompt_error, tool_error_result
+from gateway.mcp.errors import prompt_error, tool_error_result, unknown_resource
 from gateway.web.inputs import API_BODY_LIMIT
 
 INSTRUCTIONS = (
@@ -61,6 +61,14 @@ class GatewayMCPServer(MCPServer[Any]):
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             return tool_error_result(name, exc, (tool.name for tool in self._tool_manager.list_tools()))
+
+    async def read_resource(self, uri: Any, context: Context[Any, Any] | None = None) -> Any:
+        try:
+            return await super().read_resource(uri, context)
+        except ResourceNotFoundError:
+            templates = [t.uri_template for t in self._resource_manager.list_templates()]
+            names = [str(r.uri) for r in self._resource_manager.list_resources()] + templates
+            raise unknown_resource(str(uri), names) from None
 
     async def get_prompt(
         self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None

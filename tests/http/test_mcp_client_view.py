@@ -174,3 +174,32 @@ async def test_every_refusal_carries_its_code_in_the_error_shape(live_server: Li
         "code": "unknown_tool",
         "message": "there is no tool 'forget'; the tools are learn, recall, recall_used and report_error.",
     }
+
+
+HOSTILE_URIS = [
+    "relayroom://entries/../../etc/passwd", "relayroom://entries/%2e%2e", "relayroom://entries/\x00",
+    "relayroom://entries/kn_a/b", "file:///etc/passwd", "relayroom://RELAYROOM.md?x=1", "", "relayroom://entries/" + "x" * 5000,
+]
+
+
+async def test_hostile_resource_uris_and_prompt_arguments_are_json_rpc_errors(
+    client: httpx.AsyncClient, acme: ProjectTokens, caplog: pytest.LogCaptureFixture
+) -> None:
+    headers = {**acme.auth(acme.reader), "Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    codes = []
+    for uri in HOSTILE_URIS:
+        response = await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": uri}},
+                                     headers=headers)
+        assert response.status_code == 200, (uri, response.text)
+        error = response.json()["error"]
+        assert error["code"] == -32002, (uri, error)
+        codes.append(error["data"]["error"]["code"])
+        assert len(error["message"]) < 300  # nothing sent is echoed back at length
+    assert set(codes) == {"resource_not_found", "entry_not_found"}
+    for arguments in ({"task": 5}, {"task": None}, {"task": "x", "extra": "y"}, None, "text"):
+        response = await client.post(
+            "/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "prompts/get", "params": {"name": "before_task", "arguments": arguments}},
+            headers=headers,
+        )
+        assert response.status_code == 200 and isinstance(response.json()["error"]["code"], int), (arguments, response.text)
+    assert [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")] == []
