@@ -25,10 +25,10 @@ _HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade", b
 
 
 class BearerProxy:
-    def __init__(self, upstream: str, token: str) -> None:
+    def __init__(self, upstream: str, token: str, port: int | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.token = token
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.client: httpx.AsyncClient | None = None
         self.server = uvicorn.Server(

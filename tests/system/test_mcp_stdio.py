@@ -103,3 +103,28 @@ def test_a_wrong_token_url_or_none_is_one_line_and_exit_1(live_server: LiveServe
         assert "Traceback" not in done.stderr
         if token:
             assert token not in done.stderr
+
+
+@SQLITE
+async def test_a_gateway_that_goes_away_is_a_readable_error_not_a_dead_bridge(
+    live_server: LiveServer, acme_live: ProjectTokens
+) -> None:
+    from tests.support.bearer_proxy import BearerProxy
+
+    proxy = BearerProxy(live_server.url, acme_live.reader).__enter__()
+    try:
+        async with stdio(proxy.url, acme_live.reader) as client:
+            assert not (await client.call_tool("recall", {"query": "anything"})).is_error
+            proxy.__exit__(None, None, None)  # the gateway's address stops answering
+            gone = await client.call_tool("recall", {"query": "anything"})
+            assert gone.is_error and gone.meta is not None
+            assert gone.meta["relayroom/error"]["code"] == "gateway_unreachable"
+            assert getattr(gone.content[0], "text").startswith("gateway_unreachable: cannot reach the gateway")
+            with pytest.raises(MCPError) as refused:
+                await client.read_resource("relayroom://RELAYROOM.md")
+            assert refused.value.error.data["error"]["code"] == "gateway_unreachable"
+            # The gateway is back at the same address: the bridge connects again by itself.
+            proxy = BearerProxy(live_server.url, acme_live.reader, port=proxy.port).__enter__()
+            assert not (await client.call_tool("recall", {"query": "anything"})).is_error
+    finally:
+        proxy.__exit__(None, None, None)
