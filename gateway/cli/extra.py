@@ -10,6 +10,7 @@ MODULES = (
     "gateway.cli.checkmap",
     "gateway.cli.client",
     "gateway.cli.transfer",
+    "gateway.cli.mcp_stdio",
 )
 
 

@@ -5,7 +5,9 @@ with JSON responses so any number of gateway processes can serve one client
 (nothing about a client lives in a process's memory).  The project tokens are
 the bearer credentials, checked by the SDK's token verifier: no token or a bad
 one is HTTP 401 before any tool runs.  Each tool calls the same core functions
-as the REST routes (`gateway.mcp.tools`).
+as the REST routes (`gateway.mcp.tools`); the playbook and entries are
+resources and `before_task` a prompt (`gateway.mcp.context`).  Refusals reach
+the agent in the gateway's error shape (`gateway.mcp.errors`).
 
 The SDK's own refusals (401, the Host/Origin checks' 421/403, an oversized
 body) come as plain text or OAuth-style JSON; `ContractErrorBodies` rewrites
@@ -19,57 +21,65 @@ import json
 from typing import Any
 
 from mcp.server import MCPServer
-from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp import MCPError
+from mcp.types import CallToolResult, GetPromptResult, InputRequiredResult
 from pydantic import AnyHttpUrl
 
 from gateway import __version__
-from gateway.core.errors import GatewayError
-from gateway.knowledge.model import LEVELS, Principal
+from gateway.mcp.auth import ProjectTokenVerifier
+from gateway.mcp.errors import prompt_error, tool_error_result, unknown_resource
 from gateway.web.inputs import API_BODY_LIMIT
 
 INSTRUCTIONS = (
     "RelayRoom keeps this project's durable knowledge (conventions, pitfalls, decisions, facts) behind a "
-    "trust gate. Call recall with what you are about to do before non-trivial work; call recall_used for "
-    "each recalled entry that shaped your work; call report_error when a recalled entry proved wrong; call "
-    "learn when you discover something durable (it stays a candidate, visible only to you, until CI checks "
-    "or the project owner confirm it)."
+    "trust gate. Read the resource relayroom://RELAYROOM.md at the start of a session. Before non-trivial work, "
+    "call recall with what you are about to do (the prompt before_task does it for a task); call recall_used "
+    "for each recalled entry that shaped your work; call report_error when a recalled entry proved wrong; "
+    "call learn when you discover something durable that recall did not return (it stays a candidate, "
+    "visible only to you, until CI checks or the project owner confirm it)."
 )
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
-_PRINCIPAL_CLAIM = "relayroom_principal"
 
+class GatewayMCPServer(MCPServer[Any]):
+    """The SDK's server, with refusals an agent can read.
 
-class ProjectTokenVerifier(TokenVerifier):
-    """A project token is a bearer credential: None (-> 401) unless it is
-    known and not revoked.  The verified principal rides in the token's
-    claims so a tool does not look it up a second time."""
+    `call_tool` is the SDK's one entry for a tool call; every refusal on the
+    way (an unknown tool, arguments that fail the schema, the gateway's own
+    errors) arrives here as a ToolError and leaves as one tool error in the
+    gateway's error shape (`gateway.mcp.errors`)."""
 
-    def __init__(self, hub: Any) -> None:
-        self.hub = hub
-
-    async def verify_token(self, token: str) -> AccessToken | None:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
         try:
-            principal = await self.hub.accounts.authenticate(token)
-        except GatewayError:
-            return None
-        rank = LEVELS.index(principal.level) if principal.level in LEVELS else 0
-        return AccessToken(
-            token="",  # the secret is not kept in the request context
-            client_id=principal.project.slug,
-            subject=f"{principal.project.slug}:{principal.name}",
-            scopes=list(LEVELS[: rank + 1]),
-            claims={
-                "project": principal.project.slug,
-                "principal": principal.name,
-                "level": principal.level,
-                _PRINCIPAL_CLAIM: principal,
-            },
-        )
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            return tool_error_result(name, exc, (tool.name for tool in self._tool_manager.list_tools()))
+
+    async def read_resource(self, uri: Any, context: Context[Any, Any] | None = None) -> Any:
+        try:
+            return await super().read_resource(uri, context)
+        except ResourceNotFoundError:
+            templates = [t.uri_template for t in self._resource_manager.list_templates()]
+            names = [str(r.uri) for r in self._resource_manager.list_resources()] + templates
+            raise unknown_resource(str(uri), names) from None
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        try:
+            return await super().get_prompt(name, arguments, context)
+        except MCPError:
+            raise
+        except ValueError as exc:
+            # Otherwise a missing argument is an "Internal server error" with a traceback in the log.
+            raise prompt_error(name, exc, (prompt.name for prompt in self._prompt_manager.list_prompts())) from None
 
 
 def allowed_hosts_and_origins(public_hosts: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -173,9 +183,10 @@ async def _send_rewritten(send: Any, start: Any, body: bytes, sent_credential: b
 
 
 def build_mcp_app(hub: Any) -> tuple[Any, Any]:
-    from gateway.mcp.tools import _tool_error, register_tools
+    from gateway.mcp.context import register_context
+    from gateway.mcp.tools import register_tools
 
-    server = MCPServer(
+    server = GatewayMCPServer(
         "relayroom",
         version=__version__,  # what a client shows in serverInfo; empty tells it nothing
         instructions=INSTRUCTIONS,
@@ -188,20 +199,8 @@ def build_mcp_app(hub: Any) -> tuple[Any, Any]:
             required_scopes=["read"],
         ),
     )
-
-    async def caller() -> Principal:
-        token = get_access_token()
-        if token is None or not token.claims:
-            raise ToolError("missing_credential: send Authorization: Bearer <project token>")
-        cached = token.claims.get(_PRINCIPAL_CLAIM)
-        if isinstance(cached, Principal):
-            return cached
-        try:
-            return await hub.accounts.project_principal(token.claims["project"], token.claims["principal"], token.claims["level"])
-        except GatewayError as exc:
-            raise _tool_error(exc) from None
-
-    register_tools(server, hub, caller)
+    register_tools(server, hub)
+    register_context(server, hub)
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         stateless_http=True,

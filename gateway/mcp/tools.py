@@ -14,23 +14,23 @@ text blob and no schema).  Arguments carry their constraints in the schema
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any, Awaitable, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field
+import orjson
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
 from gateway.core.clock import to_rfc3339
 from gateway.core.errors import GatewayError
 from gateway.knowledge.permissions import require
 from gateway.knowledge.inputs import MAX_EVIDENCE, MAX_STATEMENT
-from gateway.knowledge.model import Entry, Principal
+from gateway.knowledge.model import Entry
+from gateway.mcp.auth import current_principal
+from gateway.mcp.errors import refused
 from gateway.recall.service import DEFAULT_LIMIT, MAX_LIMIT
 from gateway.recall.search import MAX_QUERY_CHARS
 
 Kind = Literal["fact", "convention", "pitfall", "decision"]
-
-Caller = Callable[[], Awaitable[Principal]]
 
 
 # -- results ----------------------------------------------------------------------
@@ -46,9 +46,39 @@ class RecalledEntry(BaseModel):
     issuers: list[str] = Field(description="The independent CI systems or owners whose checks support it.")
 
 
+def flat_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with each `$ref` written in place and "X or null" as a type list.
+
+    The same constraints, published so that a client's validator checks a
+    recall answer fast: the Python SDK client validates every result against
+    the output schema with `jsonschema`, and resolving a `$ref` per entry and
+    trying an `anyOf` per nullable field cost it about 0.4 ms of a 10-entry
+    recall's 0.9 ms (bench/mcp_overhead.py measures the whole call)."""
+    defs = schema.get("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            return walk({**defs[node["$ref"].rsplit("/", 1)[-1]], **{k: v for k, v in node.items() if k != "$ref"}})
+        branches = node.get("anyOf")
+        if isinstance(branches, list) and branches and all(set(b) == {"type"} and isinstance(b["type"], str) for b in branches):
+            rest = {k: walk(v) for k, v in node.items() if k != "anyOf"}
+            return {**rest, "type": [b["type"] for b in branches]}
+        return {k: walk(v) for k, v in node.items() if k != "$defs"}
+
+    flat: dict[str, Any] = walk(schema)
+    return flat
+
+
 class RecallResult(BaseModel):
     recall_id: str = Field(description="Id of this recall: pass it to recall_used with an entry that shaped your work.")
-    entries: list[RecalledEntry] = Field(description="Trusted, unexpired entries, best first (possibly empty).")
+    entries: Annotated[
+        list[RecalledEntry],
+        WithJsonSchema(flat_schema(TypeAdapter(list[RecalledEntry]).json_schema())),
+    ] = Field(description="Trusted, unexpired entries, best first (possibly empty).")
 
 
 class LearnResult(BaseModel):
@@ -60,32 +90,42 @@ class LearnResult(BaseModel):
 
 
 class UsedResult(BaseModel):
-    ok: bool = True
+    ok: bool = Field(default=True, description="Always true: the use is recorded (once per recall and entry).")
 
 
 class ReportResult(BaseModel):
-    event_id: str
+    event_id: str = Field(description="Id of the error event that was recorded.")
     effect: Literal["contradicted", "duplicate", "none"] = Field(
-        description="contradicted: the entry left recall now; duplicate: you had already reported it inside the window."
+        description="What the report did to the entry. contradicted: it left everyone's recall now, until an "
+        "owner reviews it. duplicate: you had already reported it inside the window, so nothing changed. "
+        "none: the event was recorded but changed no entry (only for an event that names no entry, which "
+        "this tool never sends)."
     )
 
 
-def recalled(entry: Entry, score: float) -> RecalledEntry:
-    return RecalledEntry(
-        id=entry.id,
-        kind=entry.kind,  # type: ignore[arg-type]
-        statement=entry.statement,
-        evidence=entry.evidence,
-        score=round(score, 6),
-        trusted_since=to_rfc3339(entry.promoted_at),
-        issuers=entry.vouched_by(),
-    )
+def recalled(entry: Entry, score: float) -> dict[str, Any]:
+    """One entry of a recall answer, as RecalledEntry publishes it."""
+    return {
+        "id": entry.id,
+        "kind": entry.kind,
+        "statement": entry.statement,
+        "evidence": entry.evidence,
+        "score": round(score, 6),
+        "trusted_since": to_rfc3339(entry.promoted_at),
+        "issuers": entry.vouched_by(),
+    }
 
 
-def _tool_error(exc: GatewayError) -> ToolError:
-    # The code first, so an agent (or a test) can branch on it; the message
-    # says what to do next, e.g. which token level the action needs.
-    return ToolError(f"{exc.code}: {exc.message}")
+# recall is the hot tool: its answer is built as plain JSON (no model per
+# entry, no second pass to dump it) and written once, compact, for the text
+# block; the SDK still checks it against RecallResult, the published schema.
+RecallAnswer = Annotated[CallToolResult, RecallResult]
+
+
+def recall_answer(recall_id: str, entries: list[dict[str, Any]]) -> CallToolResult:
+    payload = {"recall_id": recall_id, "entries": entries}
+    text = orjson.dumps(payload).decode()
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=payload)
 
 
 # -- argument types: the schema an agent sees ---------------------------------------
@@ -103,6 +143,11 @@ KindFilter = Annotated[
     Kind | None,
     Field(description="Only entries of this kind: fact, convention (how this project does a thing), "
           "pitfall (a trap) or decision (a choice and its reason). Omit for all kinds."),
+]
+LearnKind = Annotated[
+    Kind,
+    Field(description="fact, convention (how this project does a thing), pitfall (a trap and how to avoid it) "
+          "or decision (a choice and its reason)."),
 ]
 Limit = Annotated[int, Field(description="How many entries at most.", ge=1, le=MAX_LIMIT)]
 Statement = Annotated[
@@ -128,104 +173,117 @@ Detail = Annotated[
 ]
 
 
-def _tool(server: Any, title: str, annotations: ToolAnnotations) -> Callable[[Any], Any]:
+def _tool(server: Any, annotations: ToolAnnotations) -> Callable[[Any], Any]:
     """Register a tool with its docstring, dedented, as the description an agent reads."""
 
     def register(fn: Any) -> Any:
-        server.add_tool(fn, title=title, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations)
+        server.add_tool(
+            fn, title=annotations.title, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations
+        )
         return fn
 
     return register
 
 
-def register_tools(server: Any, hub: Any, caller: Caller) -> None:
-    @_tool(
-        server,
-        title="Recall project knowledge",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False),
-    )
-    async def recall(query: Query, kind: KindFilter = None, limit: Limit = DEFAULT_LIMIT) -> RecallResult:
-        """Look up this project's trusted knowledge: conventions, pitfalls, decisions and facts.
+# What a client may assume when it decides whether to ask the user first.
+# recall is read-only for the caller's world: the recall record it keeps is
+# the gateway's own bookkeeping (what recall_used is checked against), not a
+# change to the project's knowledge.  learn only ever adds a candidate that
+# nobody else sees, and learning it again changes nothing.  report_error is
+# the one destructive tool: it takes a trusted entry out of everyone's
+# recall until an owner reviews it.  None of them reaches outside the gateway.
+RECALL = ToolAnnotations(title="Recall project knowledge", read_only_hint=True, open_world_hint=False)
+LEARN = ToolAnnotations(
+    title="Learn (propose) project knowledge",
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False,
+)
+USED = ToolAnnotations(
+    title="Say a recalled entry was used",
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False,
+)
+REPORT = ToolAnnotations(
+    title="Report a wrong entry",
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False,
+)
 
-        Call it before non-trivial work (writing a migration, touching the build,
-        changing an API) and whenever you are unsure how this project does
-        something. Returns only entries that CI checks or a project owner have
-        confirmed and that have not expired, best first, plus a recall_id. If an
-        entry shapes your work, call recall_used(recall_id, entry_id); if one
-        proves wrong, call report_error. Any read token may call it.
+
+def register_tools(server: Any, hub: Any) -> None:
+    @_tool(server, RECALL)
+    async def recall(query: Query, kind: KindFilter = None, limit: Limit = DEFAULT_LIMIT) -> RecallAnswer:
+        """Look up what this project already knows before you act: its conventions, pitfalls, decisions and facts.
+
+        Call it first, before non-trivial work (a migration, the build, an API
+        change) and whenever you are unsure how this project does something;
+        also before learn, so you do not propose what is already known. It
+        returns only entries that CI checks or a project owner have confirmed
+        and that have not expired, best first, plus a recall_id. When an entry
+        shapes your work, call recall_used(recall_id, entry_id); when one
+        proves wrong, call report_error. An empty list means nothing confirmed
+        matches yet. Changes no knowledge. Any token may call it.
         """
-        principal = await caller()
+        principal = await current_principal(hub)
         try:
             recall_id, results = await hub.recall.recall(principal, query, kind, limit, via="mcp")
         except GatewayError as exc:
-            raise _tool_error(exc) from None
-        return RecallResult(recall_id=recall_id, entries=[recalled(entry, score) for entry, score in results])
+            raise refused(exc) from None
+        return recall_answer(recall_id, [recalled(entry, score) for entry, score in results])
 
-    @_tool(
-        server,
-        title="Learn (propose) project knowledge",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
-    )
+    @_tool(server, LEARN)
     async def learn(
-        kind: Kind, statement: Statement, evidence: Evidence = None, ttl_days: TtlDays = None
+        kind: LearnKind, statement: Statement, evidence: Evidence = None, ttl_days: TtlDays = None
     ) -> LearnResult:
-        """Record something durable you found out about this project, for future agents.
+        """Propose something durable you found out about this project, for the agents after you.
 
-        Use it for a convention you had to discover, a pitfall you fell into, a
-        decision and its reason, or a fact that is not obvious from the code.
+        Recall first: if recall already returns it, do not learn it again. Use
+        learn for a convention you had to discover, a pitfall you fell into, a
+        decision and its reason, or a fact the code does not make obvious.
         Write one self-contained statement and say how you know in evidence.
-        The entry is stored as a candidate: only you see it until CI checks or
-        the project owner confirm it, so recall will not return it yet. Learning
-        the same statement again returns the existing entry (duplicate=true).
-        Needs a write token.
+        It is stored as a candidate: only you see it until CI checks or the
+        project owner confirm it, so recall will not return it yet and nothing
+        an agent sends makes it trusted. Learning the same statement again
+        returns the existing entry (duplicate=true). Needs a write token.
         """
-        principal = await caller()
+        principal = await current_principal(hub)
         try:
             entry, duplicate = await hub.knowledge.learn(principal, kind, statement, evidence, ttl_days=ttl_days)
         except GatewayError as exc:
-            raise _tool_error(exc) from None
+            raise refused(exc) from None
         return LearnResult(id=entry.id, state=entry.effective_state(hub.clock.now()), duplicate=duplicate)  # type: ignore[arg-type]
 
-    @_tool(
-        server,
-        title="Say a recalled entry was used",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False),
-    )
+    @_tool(server, USED)
     async def recall_used(recall_id: RecallId, entry_id: EntryId) -> UsedResult:
-        """Report that an entry returned by your recall actually shaped your work.
+        """Say that an entry your recall returned actually shaped your work.
 
         Call it once per entry you relied on, with the recall_id of the recall
-        that returned it. It is how the project measures whether recall helps;
-        repeating it is harmless (each recall/entry pair counts once). Fails
-        for an entry that recall did not return to you. Any read token may call it.
+        that returned it: it is how the project learns which knowledge helps.
+        Repeating it is harmless (each recall/entry pair counts once). It fails
+        (recall_not_found) for an entry that recall did not return to you.
+        Any token may call it.
         """
-        principal = await caller()
+        principal = await current_principal(hub)
         try:
             await hub.recall.used(principal, recall_id, entry_id)
         except GatewayError as exc:
-            raise _tool_error(exc) from None
+            raise refused(exc) from None
         return UsedResult(ok=True)
 
-    @_tool(
-        server,
-        title="Report a wrong entry",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False),
-    )
+    @_tool(server, REPORT)
     async def report_error(contradicts: EntryId, detail: Detail) -> ReportResult:
         """Report that a recalled entry is wrong: following it failed, or the code says otherwise.
 
         contradicts is the entry id; detail says what happened and what is true
-        instead. The entry is demoted at once and leaves everyone's recall until
-        an owner reviews it. Reporting the same entry again inside the window
-        changes nothing (effect=duplicate). Demotions are rate-limited per
-        principal. Needs a write token.
+        instead. The entry is demoted at once: it leaves everyone's recall until
+        an owner reviews it (effect=contradicted). Reporting the same entry again
+        inside the window changes nothing (effect=duplicate). Demotions are
+        limited per principal and hour (rate_limited says when to retry). Needs a
+        write token.
         """
-        principal = await caller()
+        principal = await current_principal(hub)
         try:
             require(principal, "report_error")
             event_id, effect = await hub.knowledge.post_event(
                 principal, "error", {"contradicts": contradicts, "detail": detail, "via": "mcp"}
             )
         except GatewayError as exc:
-            raise _tool_error(exc) from None
+            raise refused(exc) from None
         return ReportResult(event_id=event_id, effect=effect)  # type: ignore[arg-type]

@@ -71,8 +71,9 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
 
     mcp_app, session_manager = build_mcp_app(hub)
     # A Route (not a Mount at "/") so that every other path keeps the
-    # router's own 404/405 answers; the SDK app still sees path /mcp.
-    routes.append(Route("/mcp", endpoint=mcp_app))
+    # router's own 404/405 answers; the SDK app still sees path /mcp.  First,
+    # so an agent's every call does not try the other routes' patterns.
+    routes.insert(0, Route("/mcp", endpoint=mcp_app))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
