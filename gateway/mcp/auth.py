@@ -8,13 +8,16 @@ it back (`current_principal`) without a second lookup.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 
 from gateway.core.errors import GatewayError, Unauthorized
 from gateway.knowledge.model import LEVELS, Principal
+
+if TYPE_CHECKING:
+    from gateway.hub import Hub
 
 _PRINCIPAL_CLAIM = "relayroom_principal"
 
@@ -23,7 +26,7 @@ class ProjectTokenVerifier(TokenVerifier):
     """A project token is a bearer credential: None (-> 401) unless it is
     known and not revoked."""
 
-    def __init__(self, hub: Any) -> None:
+    def __init__(self, hub: Hub) -> None:
         self.hub = hub
 
     async def verify_token(self, token: str) -> AccessToken | None:
@@ -46,7 +49,7 @@ class ProjectTokenVerifier(TokenVerifier):
         )
 
 
-async def current_principal(hub: Any) -> Principal:
+async def current_principal(hub: Hub) -> Principal:
     """The caller of the tool, resource or prompt being served."""
     token = get_access_token()
     if token is None or not token.claims:

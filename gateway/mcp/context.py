@@ -16,7 +16,7 @@ for the tools.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
@@ -25,6 +25,9 @@ from gateway.knowledge.playbook import relayroom_md
 from gateway.mcp.auth import current_principal
 from gateway.mcp.errors import request_error
 from gateway.recall.search import MAX_QUERY_CHARS
+
+if TYPE_CHECKING:
+    from gateway.hub import Hub
 
 PLAYBOOK_URI = "relayroom://RELAYROOM.md"
 ENTRY_TEMPLATE = "relayroom://entries/{entry_id}"
@@ -38,7 +41,7 @@ Task = Annotated[
 ]
 
 
-def register_context(server: Any, hub: Any) -> None:
+def register_context(server: Any, hub: Hub) -> None:
     @server.resource(
         PLAYBOOK_URI,
         name="RELAYROOM.md",

@@ -18,7 +18,7 @@ them into the contract's one error body, keeping status and headers (the
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.settings import AuthSettings
@@ -33,6 +33,9 @@ from gateway import __version__
 from gateway.mcp.auth import ProjectTokenVerifier
 from gateway.mcp.errors import prompt_error, tool_error_result, unknown_resource
 from gateway.web.inputs import API_BODY_LIMIT
+
+if TYPE_CHECKING:
+    from gateway.hub import Hub
 
 INSTRUCTIONS = (
     "RelayRoom keeps this project's durable knowledge (conventions, pitfalls, decisions, facts) behind a "
@@ -182,7 +185,7 @@ async def _send_rewritten(send: Any, start: Any, body: bytes, sent_credential: b
     await send({"type": "http.response.body", "body": new_body})
 
 
-def build_mcp_app(hub: Any) -> tuple[Any, Any]:
+def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
     from gateway.mcp.context import register_context
     from gateway.mcp.tools import register_tools
 

@@ -14,7 +14,7 @@ text blob and no schema).  Arguments carry their constraints in the schema
 from __future__ import annotations
 
 import inspect
-from typing import Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
 
 import orjson
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -29,6 +29,9 @@ from gateway.mcp.auth import current_principal
 from gateway.mcp.errors import refused
 from gateway.recall.service import DEFAULT_LIMIT, MAX_LIMIT
 from gateway.recall.search import MAX_QUERY_CHARS
+
+if TYPE_CHECKING:
+    from gateway.hub import Hub
 
 Kind = Literal["fact", "convention", "pitfall", "decision"]
 
@@ -207,7 +210,7 @@ REPORT = ToolAnnotations(
 )
 
 
-def register_tools(server: Any, hub: Any) -> None:
+def register_tools(server: Any, hub: Hub) -> None:
     @_tool(server, RECALL)
     async def recall(query: Query, kind: KindFilter = None, limit: Limit = DEFAULT_LIMIT) -> RecallAnswer:
         """Look up what this project already knows before you act: its conventions, pitfalls, decisions and facts.
