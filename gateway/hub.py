@@ -76,7 +76,10 @@ class Hub:
             audience=config.audience,
             allow_insecure=config.allow_insecure_issuers,
         )
-        self.intake = AttestationIntake(self, self.checkmaps, self.verifier)
+        self.intake = AttestationIntake(
+            config=config, clock=self.clock, driver=self.driver, knowledge=self.knowledge, metrics=self.metrics,
+            registry=self.checkmaps, verifier=self.verifier,
+        )
         self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False

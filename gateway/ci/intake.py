@@ -29,9 +29,14 @@ from typing import Any, Awaitable, Callable, Mapping
 from gateway.knowledge.settings import SLUG
 from gateway.ci.checkmaps.model import GITHUB_HOST, Binding, CheckRule
 from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.core.clock import Clock
+from gateway.core.config import Config
+from gateway.core.metrics import Metrics
 from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from gateway.core.ids import new_id
 from gateway.knowledge.model import Support
+from gateway.knowledge.service import Knowledge
+from gateway.store.base import Driver
 from gateway.ci.oidc import github, workflows
 from gateway.ci.oidc.claims import Refusal, object_id
 from gateway.ci.oidc.token import LEEWAY_SECONDS
@@ -91,9 +96,14 @@ Reservation = Callable[[Any, float], Awaitable[bool]]
 
 
 class AttestationIntake:
-    def __init__(self, hub: Any, registry: CheckmapRegistry, verifier: TokenVerifier,
+    def __init__(self, *, config: Config, clock: Clock, driver: Driver, knowledge: Knowledge, metrics: Metrics,
+                 registry: CheckmapRegistry, verifier: TokenVerifier,
                  environ: Mapping[str, str] | None = None) -> None:
-        self.hub = hub
+        self.config = config
+        self.clock = clock
+        self.driver = driver
+        self.knowledge = knowledge
+        self.metrics = metrics
         self.registry = registry
         self.verifier = verifier
         self.environ = os.environ if environ is None else environ
@@ -127,7 +137,7 @@ class AttestationIntake:
 
     async def from_github(self, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
         snapshot = self.registry.snapshot
-        hub_secret = _reveal(self.hub.config.github_webhook_secret)
+        hub_secret = _reveal(self.config.github_webhook_secret)
         if not hub_secret and not any(b.webhook_secret_env for bs in snapshot.github_repositories.values() for b in bs):
             raise NotFound("GitHub webhooks are not configured on this gateway (set RELAYROOM_GITHUB_WEBHOOK_SECRET or "
                            "webhook_secret_env on a github-actions binding)", code="not_found")
@@ -187,7 +197,7 @@ class AttestationIntake:
             headers.get("webhook-timestamp"),
             headers.get("webhook-signature"),
             raw,
-            self.hub.clock.now(),
+            self.clock.now(),
         )
         if verdict is signatures.Verdict.STALE:
             raise Unauthorized("webhook-timestamp is more than 5 minutes away from the gateway's clock", code="stale_webhook")
@@ -301,8 +311,8 @@ class AttestationIntake:
         """One write unit; None when the reservation says this was seen before."""
         rule = self.registry.snapshot.rule(project, statement.check)
         reason = decide(rule, statement.outcome, workflow, home)
-        knowledge = self.hub.knowledge
-        now = self.hub.clock.now()
+        knowledge = self.knowledge
+        now = self.clock.now()
         attestation_id = new_id("at")
 
         async def unit(q: Any) -> dict[str, Any] | None:
@@ -342,11 +352,11 @@ class AttestationIntake:
             answer["promoted"] = promoted
             return answer
 
-        result = await self.hub.driver.write(unit)
+        result = await self.driver.write(unit)
         if result is not None:
             self._counter(statement.outcome, result["counted"]).inc()
             if result["promoted"]:
-                self.hub.metrics.promotions.labels("issuers").inc(len(result["promoted"]))
+                self.metrics.promotions.labels("issuers").inc(len(result["promoted"]))
             log.info("attestation", extra={"project": project, "issuer": issuer, "check": statement.check[:200],
                                            "counted": result["counted"]})
         return result
@@ -356,7 +366,7 @@ class AttestationIntake:
         key = (outcome if outcome in OUTCOMES else "other", "true" if counted else "false")
         child = self._counters.get(key)
         if child is None:
-            child = self._counters[key] = self.hub.metrics.attestations.labels(*key)
+            child = self._counters[key] = self.metrics.attestations.labels(*key)
         return child
 
     def _github_secrets(self, binding: Binding, hub_secret: str | None) -> list[str]:

@@ -192,6 +192,7 @@ async def test_allow_events_lifts_an_event_on_the_webhook_door_too(
 async def test_the_hub_wide_secret_speaks_only_for_github_app_bindings(
         client: Any, hub: Any, entry: str, checkmap_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     hub.config = replace(hub.config, github_webhook_secret=Secret(HUB_SECRET))
+    hub.intake.config = hub.config  # the intake was built with the config it reads
     await make_project(hub, "beta")
     monkeypatch.setenv("BETA_GH_SECRET", OWN_SECRET)
     beta_entry = await learn(hub, "beta", "Beta ships on Tuesdays.")
@@ -217,6 +218,7 @@ async def test_the_hub_wide_secret_speaks_only_for_github_app_bindings(
 async def test_repository_ids_are_bound_per_github_host(
         client: Any, hub: Any, entry: str, checkmap_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     hub.config = replace(hub.config, github_webhook_secret=Secret(HUB_SECRET))
+    hub.intake.config = hub.config  # the intake was built with the config it reads
     await make_project(hub, "beta")
     beta_entry = await learn(hub, "beta", "Beta ships on Tuesdays.")
     monkeypatch.setenv("BETA_GHES_SECRET", OWN_SECRET)

@@ -95,6 +95,7 @@ async def test_github_webhooks_answer_404_when_no_secret_is_configured(client: A
 async def test_ping_and_check_run_with_the_hub_wide_secret(client: Any, hub: Any, acme: Any, checkmap_dir: Any,
                                                            issuer: OidcIssuer) -> None:
     hub.config = replace(hub.config, github_webhook_secret=Secret("hub-wide-secret"))
+    hub.intake.config = hub.config  # the intake was built with the config it reads
     entry = await learn(hub, "acme", "Migrations run in staging first.")
     await write_map(hub, checkmap_dir, "acme.yaml", checkmap(
         "acme", github_binding(issuer.url, extra="    github_app: true"), {"migrations": [entry]}))
@@ -123,6 +124,7 @@ async def test_ping_and_check_run_with_the_hub_wide_secret(client: Any, hub: Any
 async def test_a_bindings_own_secret_is_required_when_it_names_one(client: Any, hub: Any, acme: Any, checkmap_dir: Any,
                                                                    issuer: OidcIssuer, monkeypatch: pytest.MonkeyPatch) -> None:
     hub.config = replace(hub.config, github_webhook_secret=Secret("hub-wide-secret"))
+    hub.intake.config = hub.config  # the intake was built with the config it reads
     await write_map(hub, checkmap_dir, "acme.yaml", checkmap(
         "acme", github_binding(issuer.url, extra="    webhook_secret_env: ACME_GH_SECRET"), {}))
     unset = await deliver(client, payload(), "hub-wide-secret", host=issuer.host)
