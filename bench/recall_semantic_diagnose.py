@@ -3,6 +3,7 @@
     .venv/bin/python bench/recall_semantic.py --model DIR --save /tmp/observed.pkl
     .venv/bin/python bench/recall_semantic_diagnose.py /tmp/observed.pkl            # the diagnosis
     .venv/bin/python bench/recall_semantic_diagnose.py /tmp/observed.pkl --failures dev [--pooled]
+    .venv/bin/python bench/recall_semantic_diagnose.py /tmp/observed.pkl /tmp/observed-pg.pkl --grid
 
 It reads what bench/recall_semantic.py observed (each question's lexical
 candidates with their scores, the cosine of every entry), so every figure
@@ -31,6 +32,7 @@ four, the readings.  No figure here feeds back into the rule.
 from __future__ import annotations
 
 import argparse
+import itertools
 import pickle
 import statistics
 import sys
@@ -198,14 +200,39 @@ def failures(observed: Sequence[Observed], name: str) -> None:
         print("    rule:   ", ", ".join(ranked[:4]))
 
 
+def grid(loaded: Sequence[dict[str, list[Observed]]]) -> None:
+    """Dev only picks; test is printed beside it to show how little the picks mean."""
+    rows = []
+    for base, margin_gain, separation_gain in itertools.product((0.2, 0.3, 0.4, 0.5), (0.0, 0.2, 0.4, 0.6), (0.0, 1.0, 2.0, 3.0)):
+        r = replace(fusion.DEFAULT_RULE, base=base, margin_gain=margin_gain, separation_gain=separation_gain)
+        ranker = lambda o, r=r: rank_fused(o, r)[0]  # noqa: E731
+        dev = [mrr(split(obs[m], "dev"), ranker) for obs in loaded for m in ("per_project", "pooled")]
+        test = [mrr(split(obs[m], "test"), ranker) for obs in loaded for m in ("per_project", "pooled")]
+        rows.append((sum(dev) / len(dev), dev, test, (base, margin_gain, separation_gain)))
+    rows.sort(reverse=True)
+    current = (fusion.DEFAULT_RULE.base, fusion.DEFAULT_RULE.margin_gain, fusion.DEFAULT_RULE.separation_gain)
+    print("mean dev | dev per file (per project, pooled) | test likewise | base, margin_gain, separation_gain")
+    for row in rows[:10] + [r for r in rows if r[3] == current]:
+        print(f"{row[0]:.3f} | " + " ".join(f"{v:.3f}" for v in row[1]) + " | " + " ".join(f"{v:.3f}" for v in row[2])
+              + f" | {row[3]}" + ("  <- recall's" if row[3] == current else ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("observed", help="a file written by bench/recall_semantic.py --save")
+    parser.add_argument("observed", nargs="+", help="a file written by bench/recall_semantic.py --save (several with --grid)")
+    parser.add_argument("--grid", action="store_true",
+                        help="the rule's three numbers over a grid, by the mean dev MRR@10 of every file's two indexes")
     parser.add_argument("--failures", choices=("dev", "test"))
     parser.add_argument("--pooled", action="store_true", help="with --failures: the pooled index's")
     args = parser.parse_args(argv)
-    with open(args.observed, "rb") as f:
-        observed: dict[str, list[Observed]] = pickle.load(f)
+    loaded = []
+    for path in args.observed:
+        with open(path, "rb") as f:
+            loaded.append(pickle.load(f))
+    if args.grid:
+        grid(loaded)
+        return 0
+    observed: dict[str, list[Observed]] = loaded[0]
     if args.failures:
         failures(observed["pooled" if args.pooled else "per_project"], args.failures)
         return 0
