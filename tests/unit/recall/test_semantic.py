@@ -278,6 +278,31 @@ def test_a_rare_pasted_token_weighs_the_lexical_side() -> None:
     assert rare.weight > plain.weight
 
 
+@pytest.mark.parametrize(
+    "question, pasted",
+    [
+        ("E0463 when building", {"e0463"}),
+        ("is uv.lock committed", {"uv", "lock"}),
+        ("what does --locked do", {"locked"}),
+        ("where is maxRetries read", {"maxretries"}),
+        ("HTTPClient times out", {"httpclient"}),
+        ("LOOM_MAX_PREEMPTIONS", {"loom", "max", "preemptions"}),
+        ("CI is red on my PR", set()),  # abbreviations: the model reads them as words
+        ("the TLS crate needs an assembler", set()),
+        ("which APIs and PRs", set()),
+    ],
+)
+def test_pasted_tokens_are_told_from_abbreviations(question: str, pasted: set[str]) -> None:
+    assert fusion.token_like_terms(question) == pasted
+
+
+def test_an_abbreviation_held_by_one_entry_is_no_rare_match() -> None:
+    df = {"tls": 1, "crate": 3}
+    text = "On Windows, NASM is needed to build the aws-lc-sys TLS backend"
+    readings = fusion.read("the TLS crate needs an assembler", text, [5.0, 4.8], [0.5, 0.48], df)
+    assert not readings.rare_match and readings.weight < fusion.DEFAULT_RULE.rare_weight
+
+
 def test_each_side_weighs_more_when_it_is_sure() -> None:
     even = fusion.read("how do we lock jobs", "jobs", [5.0, 4.9], [0.60, 0.59], {})
     words_sure = fusion.read("how do we lock jobs", "jobs", [5.0, 1.0], [0.60, 0.59], {})
