@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.accounts import tokens
@@ -29,6 +30,18 @@ decisions) in the RelayRoom Knowledge Gateway.
 - If a recalled entry turns out wrong, call `report_error` with its id.
 - If a recalled entry shaped your work, call `recall_used`.
 """
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What may be shown of a token: whose it is, never the secret."""
+
+    project: str
+    principal: str
+    level: str
+    created_at: float
+    revoked_at: float | None
+
 
 # The ranges of the settings (docs/security.md, Limits).  Every bound is finite: a window of 1e7 days put a
 # contradiction's `until` in the year 29405, which no date type can print.
@@ -139,6 +152,19 @@ class Accounts:
             return await q.revoke_tokens(project.id, name, now)
 
         return await self.driver.write(unit)
+
+    async def tokens(self, slug: str) -> list[TokenInfo]:
+        """Every token of a project, oldest first, for the administrator's
+        command line: never the secret nor its hash."""
+
+        async def unit(q: Queries) -> list[TokenInfo]:
+            project = await q.project_by_slug(slug)
+            if project is None:
+                raise NotFound(f"no project {slug!r}", code="project_not_found")
+            rows = await q.project_tokens(project.id)
+            return [TokenInfo(slug, r["principal"], r["level"], r["created_at"], r["revoked_at"]) for r in reversed(rows)]
+
+        return await self.driver.read(unit)
 
     async def authenticate(self, secret: str) -> Principal:
         """The principal behind a bearer token, or 401."""

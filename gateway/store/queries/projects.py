@@ -70,6 +70,14 @@ class ProjectQueries(QueryBase):
             now,
         )
 
+    async def project_tokens(self, project_id: int) -> list[dict[str, Any]]:
+        """Every token of a project, never its hash: who, which level, when
+        created and revoked.  Newest first."""
+        return await self.tx.all(
+            "SELECT id, principal, level, created_at, revoked_at FROM tokens WHERE project_id = ? ORDER BY id DESC",
+            project_id,
+        )
+
     async def token_by_hash(self, token_hash: str) -> dict[str, Any] | None:
         return await self.tx.one(
             "SELECT t.principal, t.level, t.token_hash, t.revoked_at, p.* FROM tokens t "
