@@ -5,7 +5,8 @@ taken port it logs the OS error followed by its shutdown lines, so the last
 line a person reads is "Application shutdown complete."  Binding here, before
 the store is opened or a worker started, makes a taken or forbidden address
 one line with the reason and what to do; the bound socket is then handed to
-uvicorn, so no other process can take the port in between.
+uvicorn, so no other process can take the port in between, and clients that
+connect while the gateway starts wait rather than being refused.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ListenError(_reason(where, host, exc)) from None
+    # Listening now, not when uvicorn starts: a client that connects while the
+    # store is migrated and the app built waits in the backlog instead of being
+    # refused (uvicorn listens again with its own backlog).
+    sock.listen(socket.SOMAXCONN)
     sock.set_inheritable(True)  # the workers of --workers N share it
     return sock
 
