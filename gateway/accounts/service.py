@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from gateway.accounts import tokens
@@ -30,18 +29,6 @@ decisions) in the RelayRoom Knowledge Gateway.
 - If a recalled entry turns out wrong, call `report_error` with its id.
 - If a recalled entry shaped your work, call `recall_used`.
 """
-
-
-@dataclass(frozen=True)
-class TokenInfo:
-    """What may be shown of a token: whose it is, never the secret."""
-
-    project: str
-    principal: str
-    level: str
-    created_at: float
-    revoked_at: float | None
-
 
 # The ranges of the settings (docs/security.md, Limits).  Every bound is finite: a window of 1e7 days put a
 # contradiction's `until` in the year 29405, which no date type can print.
@@ -153,19 +140,6 @@ class Accounts:
 
         return await self.driver.write(unit)
 
-    async def tokens(self, slug: str) -> list[TokenInfo]:
-        """Every token of a project, oldest first, for the administrator's
-        command line: never the secret nor its hash."""
-
-        async def unit(q: Queries) -> list[TokenInfo]:
-            project = await q.project_by_slug(slug)
-            if project is None:
-                raise NotFound(f"no project {slug!r}", code="project_not_found")
-            rows = await q.project_tokens(project.id)
-            return [TokenInfo(slug, r["principal"], r["level"], r["created_at"], r["revoked_at"]) for r in reversed(rows)]
-
-        return await self.driver.read(unit)
-
     async def authenticate(self, secret: str) -> Principal:
         """The principal behind a bearer token, or 401."""
         if not secret or len(secret) > tokens.MAX_TOKEN_CHARS:
@@ -222,3 +196,19 @@ class Accounts:
     async def project_principal(self, slug: str, name: str, level: str) -> Principal:
         """Rebuild a principal whose token was verified earlier in this request."""
         return Principal(project=await self.project(slug), name=name, level=level)
+
+    async def tokens(self, slug: str) -> list[dict[str, Any]]:
+        """Every token of a project for the administrator's command line,
+        oldest first: project, principal, level, created_at, revoked_at; never
+        the secret nor its hash.  (Whoever can open the store administers it:
+        no principal is asked for, as for `create_token`.)"""
+
+        async def unit(q: Queries) -> list[dict[str, Any]]:
+            project = await q.project_by_slug(slug)
+            if project is None:
+                raise NotFound(f"no project {slug!r}", code="project_not_found")
+            rows = await q.project_tokens(project.id)
+            keep = ("principal", "level", "created_at", "revoked_at")
+            return [{"project": slug, **{key: row[key] for key in keep}} for row in reversed(rows)]
+
+        return await self.driver.read(unit)

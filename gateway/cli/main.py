@@ -152,7 +152,7 @@ async def _project_list(hub: Any, args: argparse.Namespace) -> int:
     listed = []
     for project in projects:
         tokens = await hub.accounts.tokens(project.slug)
-        listed.append((project, sum(1 for t in tokens if t.revoked_at is None)))
+        listed.append((project, sum(1 for t in tokens if t["revoked_at"] is None)))
     if args.json:
         print(json.dumps([
             {"slug": p.slug, "k_distinct_issuers": p.settings.k_distinct_issuers, "window_days": p.settings.window_days,
@@ -176,8 +176,7 @@ async def _token_list(hub: Any, args: argparse.Namespace) -> int:
     tokens = [token for slug in slugs for token in await hub.accounts.tokens(slug)]
     if args.json:
         print(json.dumps([
-            {"project": t.project, "principal": t.principal, "level": t.level,
-             "created_at": _moment(t.created_at), "revoked_at": None if t.revoked_at is None else _moment(t.revoked_at)}
+            {**t, "created_at": _moment(t["created_at"]), "revoked_at": None if t["revoked_at"] is None else _moment(t["revoked_at"])}
             for t in tokens
         ], indent=2))
         return 0
@@ -187,7 +186,7 @@ async def _token_list(hub: Any, args: argparse.Namespace) -> int:
         return 0
     print_table(
         ["PROJECT", "PRINCIPAL", "LEVEL", "CREATED", "REVOKED"],
-        [[t.project, t.principal, t.level, _moment(t.created_at), _moment(t.revoked_at)] for t in tokens],
+        [[t["project"], t["principal"], t["level"], _moment(t["created_at"]), _moment(t["revoked_at"])] for t in tokens],
     )
     return 0
 

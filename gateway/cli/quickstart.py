@@ -112,9 +112,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         demo_map = maps / "demo.yaml"
         if not demo_map.exists():
             demo_map.write_text(DEMO_CHECKMAP)
-        print("created project demo and two tokens, shown this once (only their hashes are stored):")
-        print(f"  owner token (dashboard, confirm, refute): {tokens['owner']}")
-        print(f"  agent token (learn, recall):              {tokens['agent']}")
+        print("created project demo and two tokens (shown once; only their hashes are stored):")
+        print(f"  owner token  (dashboard, confirm/refute): {tokens['owner']}")
+        print(f"  agent token  (learn, recall over REST/MCP): {tokens['agent']}")
         print(f"  example check map: {demo_map}")
     print(f"  dashboard:      {base}/login (sign in with the owner token)")
     print(f"  API reference:  {base}/docs")

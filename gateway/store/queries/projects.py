@@ -70,12 +70,27 @@ class ProjectQueries(QueryBase):
             now,
         )
 
-    async def project_tokens(self, project_id: int) -> list[dict[str, Any]]:
+    async def project_tokens(self, project_id: int, current_hash: str = "") -> list[dict[str, Any]]:
         """Every token of a project, never its hash: who, which level, when
-        created and revoked.  Newest first."""
-        return await self.tx.all(
-            "SELECT id, principal, level, created_at, revoked_at FROM tokens WHERE project_id = ? ORDER BY id DESC",
+        created and revoked, and whether it is the one whose hash is
+        `current_hash` (the dashboard session's own).  Newest first."""
+        rows = await self.tx.all(
+            "SELECT id, principal, level, created_at, revoked_at, "
+            "CASE WHEN token_hash = ? THEN 1 ELSE 0 END AS is_current FROM tokens WHERE project_id = ? ORDER BY id DESC",
+            current_hash,
             project_id,
+        )
+        for row in rows:
+            row["is_current"] = bool(row["is_current"])
+        return rows
+
+    async def revoke_token(self, project_id: int, token_id: int, now: float) -> int:
+        """Revoke one token of the project (0 when unknown, of another project, or revoked already)."""
+        return await self.tx.run(
+            "UPDATE tokens SET revoked_at = ? WHERE project_id = ? AND id = ? AND revoked_at IS NULL",
+            now,
+            project_id,
+            token_id,
         )
 
     async def token_by_hash(self, token_hash: str) -> dict[str, Any] | None:
