@@ -192,3 +192,19 @@ class Accounts:
     async def project_principal(self, slug: str, name: str, level: str) -> Principal:
         """Rebuild a principal whose token was verified earlier in this request."""
         return Principal(project=await self.project(slug), name=name, level=level)
+
+    async def tokens(self, slug: str) -> list[dict[str, Any]]:
+        """Every token of a project for the administrator's command line,
+        oldest first: project, principal, level, created_at, revoked_at; never
+        the secret nor its hash.  (Whoever can open the store administers it:
+        no principal is asked for, as for `create_token`.)"""
+
+        async def unit(q: Queries) -> list[dict[str, Any]]:
+            project = await q.project_by_slug(slug)
+            if project is None:
+                raise NotFound(f"no project {slug!r}", code="project_not_found")
+            rows = await q.project_tokens(project.id)
+            keep = ("principal", "level", "created_at", "revoked_at")
+            return [{"project": slug, **{key: row[key] for key in keep}} for row in reversed(rows)]
+
+        return await self.driver.read(unit)

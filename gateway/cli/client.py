@@ -1,10 +1,11 @@
-"""`relayroom recall | learn | used`: the agents' tools for shells and hooks.
+"""`relayroom recall | learn | used | confirm | refute`: a client for shells and hooks.
 
 A client of a running gateway (not of the database): the same REST routes an
 HTTP client would call, so the same rule and the same audit apply.
 
     RELAYROOM_URL      the gateway (default http://127.0.0.1:8750)
-    RELAYROOM_TOKEN    a project token (read for recall/used, write for learn)
+    RELAYROOM_TOKEN    a project token (read for recall/used, write for learn,
+                       owner for confirm/refute)
     RELAYROOM_PROJECT  optional: the project slug; without it the client asks
                        GET /v1/whoami which project the token belongs to
 
@@ -75,6 +76,13 @@ class GatewayClient:
             body["ttl_days"] = ttl_days
         return self._call("POST", f"{self.project_path()}/entries", json=body).json()
 
+    def confirm(self, entry_id: str) -> dict[str, Any]:
+        return self._call("POST", f"{self.project_path()}/entries/{quote(entry_id, safe='')}/confirm").json()
+
+    def refute(self, entry_id: str, reason: str) -> dict[str, Any]:
+        path = f"{self.project_path()}/entries/{quote(entry_id, safe='')}/refute"
+        return self._call("POST", path, json={"reason": reason}).json()
+
     def used(self, recall_id: str, entry_id: str) -> None:
         self._call("POST", f"{self.project_path()}/recall_used", json={"recall_id": recall_id, "entry_id": entry_id})
 
@@ -104,6 +112,14 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def score_text(score: Any) -> str:
+    """A score as a person reads it: three significant digits at any scale
+    (0.842, 0.05, 5e-06), where a fixed `.3f` printed 0.000 for a small one."""
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        return "n/a"
+    return f"{score:.3g}"
+
+
 def cmd_recall(args: argparse.Namespace) -> int:
     client = client_from_env(args)
     try:
@@ -119,7 +135,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
         print(f"{rank}. [{entry['kind']}] {_one_line(entry['statement'])}")
         if entry.get("evidence"):
             print(f"   evidence: {_one_line(entry['evidence'])}")
-        print(f"   id {entry['id']}  score {entry['score']:.3f}")
+        print(f"   id {entry['id']}  score {score_text(entry.get('score'))}")
     if entries:
         print(f"(if one shaped your work: relayroom used {answer['recall_id']} ENTRY_ID)")
     return 0
@@ -133,10 +149,38 @@ def cmd_learn(args: argparse.Namespace) -> int:
         client.close()
     if args.json:
         _emit_json(entry)
+    elif args.quiet:
+        print(entry["id"])
     elif entry.get("duplicate"):
         print(f"already known as {entry['id']} ({entry['state']}); nothing new was stored")
     else:
         print(f"learned {entry['id']} as a {entry['state']}: other agents see it once CI or an owner confirms it")
+    return 0
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    client = client_from_env(args)
+    try:
+        entry = client.confirm(args.entry_id)
+    finally:
+        client.close()
+    if args.json:
+        _emit_json(entry)
+    else:
+        print(f"{entry['id']} is {entry['state']}: recall now answers with it")
+    return 0
+
+
+def cmd_refute(args: argparse.Namespace) -> int:
+    client = client_from_env(args)
+    try:
+        entry = client.refute(args.entry_id, args.reason)
+    finally:
+        client.close()
+    if args.json:
+        _emit_json(entry)
+    else:
+        print(f"{entry['id']} is {entry['state']}: recall no longer answers with it")
     return 0
 
 
@@ -172,8 +216,20 @@ def register(sub: Any) -> None:
     learn.add_argument("statement", help="one self-contained sentence")
     learn.add_argument("--evidence", default=None, help="how you know (a file, a command, a link)")
     learn.add_argument("--ttl-days", dest="ttl_days", type=float, default=None, help="expire after this many days")
+    learn.add_argument("-q", "--quiet", action="store_true", help="print only the entry's id (ID=$(relayroom learn -q ...))")
     _common(learn)
     learn.set_defaults(func=cmd_learn)
+
+    confirm = sub.add_parser("confirm", help="as an owner: promote an entry to trusted (an owner token in RELAYROOM_TOKEN)")
+    confirm.add_argument("entry_id")
+    _common(confirm)
+    confirm.set_defaults(func=cmd_confirm)
+
+    refute = sub.add_parser("refute", help="as an owner: contradict an entry, so recall no longer returns it")
+    refute.add_argument("entry_id")
+    refute.add_argument("--reason", required=True, help="why it is wrong (kept in the audit ledger)")
+    _common(refute)
+    refute.set_defaults(func=cmd_refute)
 
     used = sub.add_parser("used", help="say that an entry from a recall shaped your work")
     used.add_argument("recall_id")
@@ -183,4 +239,4 @@ def register(sub: Any) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - `relayroom` is the entry point
-    sys.exit("run it as: relayroom recall | learn | used")
+    sys.exit("run it as: relayroom recall | learn | used | confirm | refute")

@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import logging
 import os
+import socket
 import sys
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from gateway import __version__
 from gateway.core.config import Config
 from gateway.core.errors import GatewayError
+
+if TYPE_CHECKING:
+    from gateway.hub import Hub
 
 
 class CommandError(Exception):
@@ -54,8 +60,12 @@ async def _check_store(url: str) -> None:
     await driver.close()
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> int:
+    """Serve on `sock` (quickstart binds it before preparing the store) or on
+    a socket bound here, before anything else starts."""
     import uvicorn
+
+    from gateway.cli.listen import ListenError, listen
 
     # Flags override the environment; workers read the environment.
     for flag, env in (("host", "RELAYROOM_HOST"), ("port", "RELAYROOM_PORT"), ("database_url", "RELAYROOM_DATABASE_URL")):
@@ -63,6 +73,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[env] = str(value)
     config = Config.from_env(workers=args.workers)
+    if sock is None:
+        try:
+            sock = listen(config.host, config.port)
+        except ListenError as exc:
+            raise CommandError(str(exc)) from None
     # Open (and migrate) the store once before serving: a store that cannot
     # be reached is one clear line on stderr, not a traceback per worker.
     asyncio.run(_check_store(config.database_url))
@@ -70,7 +85,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sys.stdout.flush()
     configure_logging(config.log_level, config.log_format)
-    uvicorn.run(
+    server_config = uvicorn.Config(
         "gateway.web.app:app_from_env",
         factory=True,
         host=config.host,
@@ -85,6 +100,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http=_http_protocol(),
         timeout_graceful_shutdown=5,
     )
+    host, port = sock.getsockname()[:2]
+    logging.getLogger("relayroom.serve").info(
+        "listening on http://%s:%d (Ctrl-C stops)", f"[{host}]" if ":" in host else host, port
+    )
+    # What uvicorn.run does with a socket bound beforehand.
+    server = uvicorn.Server(server_config)
+    try:
+        if server_config.workers > 1:
+            from uvicorn.supervisors import Multiprocess
+
+            Multiprocess(server_config, sockets=[sock]).run()
+            return 0
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    except SystemExit:  # uvicorn's startup failure; the reason was logged
+        pass
+    if not server.started:
+        raise CommandError("the gateway did not start; the reason is in the log lines above")
     return 0
 
 
@@ -96,20 +130,78 @@ def _http_protocol() -> str:
     return "gateway.web.http_limits:BoundedHttpToolsProtocol"
 
 
-async def _project_create(hub: Any, args: argparse.Namespace) -> int:
+async def _project_create(hub: Hub, args: argparse.Namespace) -> int:
     project = await hub.accounts.create_project(args.slug, k=args.k, window_days=args.window_days)
     print(f"created project {project.slug} (K={project.settings.k_distinct_issuers}, window {project.settings.window_days:g} days)")
     return 0
 
 
-async def _token_create(hub: Any, args: argparse.Namespace) -> int:
+def _moment(value: float | None) -> str:
+    """A time for a terminal: to the second, UTC ("-" for never)."""
+    from gateway.core.clock import to_rfc3339
+
+    return "-" if value is None else (to_rfc3339(float(int(value))) or "-")
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Columns aligned for people, one row a line for `grep` and `awk`."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+async def _project_list(hub: Hub, args: argparse.Namespace) -> int:
+    projects = await hub.accounts.projects()
+    listed = []
+    for project in projects:
+        tokens = await hub.accounts.tokens(project.slug)
+        listed.append((project, sum(1 for t in tokens if t["revoked_at"] is None)))
+    if args.json:
+        print(json.dumps([
+            {"slug": p.slug, "k_distinct_issuers": p.settings.k_distinct_issuers, "window_days": p.settings.window_days,
+             "created_at": _moment(p.created_at), "active_tokens": active}
+            for p, active in listed
+        ], indent=2))
+        return 0
+    if not listed:
+        print("no projects yet: relayroom project create SLUG (or relayroom quickstart)", file=sys.stderr)
+        return 0
+    print_table(
+        ["PROJECT", "K", "WINDOW", "CREATED", "ACTIVE TOKENS"],
+        [[p.slug, str(p.settings.k_distinct_issuers), f"{p.settings.window_days:g} days", _moment(p.created_at), str(active)]
+         for p, active in listed],
+    )
+    return 0
+
+
+async def _token_list(hub: Hub, args: argparse.Namespace) -> int:
+    slugs = [args.project] if args.project else [p.slug for p in await hub.accounts.projects()]
+    tokens = [token for slug in slugs for token in await hub.accounts.tokens(slug)]
+    if args.json:
+        print(json.dumps([
+            {**t, "created_at": _moment(t["created_at"]), "revoked_at": None if t["revoked_at"] is None else _moment(t["revoked_at"])}
+            for t in tokens
+        ], indent=2))
+        return 0
+    if not tokens:
+        where = f"project {args.project}" if args.project else "any project"
+        print(f"no tokens in {where} yet: relayroom token create --project SLUG --level LEVEL --name NAME", file=sys.stderr)
+        return 0
+    print_table(
+        ["PROJECT", "PRINCIPAL", "LEVEL", "CREATED", "REVOKED"],
+        [[t["project"], t["principal"], t["level"], _moment(t["created_at"]), _moment(t["revoked_at"])] for t in tokens],
+    )
+    return 0
+
+
+async def _token_create(hub: Hub, args: argparse.Namespace) -> int:
     secret = await hub.accounts.create_token(args.project, args.level, args.name)
     print(f"# {args.level} token for {args.name} in project {args.project}; shown once, only its hash is stored")
     print(secret)
     return 0
 
 
-async def _token_revoke(hub: Any, args: argparse.Namespace) -> int:
+async def _token_revoke(hub: Hub, args: argparse.Namespace) -> int:
     count = await hub.accounts.revoke_tokens(args.project, args.name)
     if count == 0:
         raise CommandError(f"{args.name} has no active token in project {args.project}")
@@ -117,7 +209,7 @@ async def _token_revoke(hub: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _sweep(hub: Any, args: argparse.Namespace) -> int:
+async def _sweep(hub: Hub, args: argparse.Namespace) -> int:
     retired = await hub.sweep()
     print(retired)
     return 0
@@ -141,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--k", type=int, default=None, help="distinct CI issuers needed to promote (default 2)")
     create.add_argument("--window-days", type=float, default=None, help="contradiction window in days (default 30)")
     create.set_defaults(func=run_with_hub(_project_create))
+    plist = project.add_parser("list", help="list the projects: K, window, when created, active tokens")
+    plist.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    plist.set_defaults(func=run_with_hub(_project_list))
 
     token = sub.add_parser("token", help="project tokens").add_subparsers(dest="action", required=True, metavar="ACTION")
     tcreate = token.add_parser("create", help="create a token; prints the secret as the last line")
@@ -152,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     trevoke.add_argument("--project", required=True)
     trevoke.add_argument("--name", required=True)
     trevoke.set_defaults(func=run_with_hub(_token_revoke))
+    tlist = token.add_parser("list", help="list tokens: principal, level, created, revoked (never a secret)")
+    tlist.add_argument("--project", default=None, help="one project (default: every project)")
+    tlist.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    tlist.set_defaults(func=run_with_hub(_token_list))
 
     sweep = sub.add_parser("sweep", help="retire every expired entry now; prints how many")
     sweep.set_defaults(func=run_with_hub(_sweep))

@@ -31,6 +31,7 @@ ROUTE_MODULES = (
     "gateway.web.pages",
     "gateway.web.dashboard",
     "gateway.web.openapi",
+    "gateway.web.api_docs",
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -119,3 +120,28 @@ def test_missing_token_and_unreachable_gateway(
     monkeypatch.setenv("RELAYROOM_URL", f"http://127.0.0.1:{free_port()}")
     code, _, err = run(capsys, "recall", "x", "--project", "acme")
     assert code == 1 and "cannot reach the gateway" in err and len(err.strip().splitlines()) == 1
+
+
+def test_owner_confirms_and_refutes_through_the_client(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_agent(acme_live.writer)
+    code, out, _ = run(capsys, "learn", "-q", "fact", "The staging database is reset every night.")
+    entry_id = out.strip()
+    assert code == 0 and re.fullmatch(r"kn_\w+", entry_id), out
+    code, _, err = run(capsys, "confirm", entry_id)  # a writer may not
+    assert code == 1 and "owner" in err and len(err.strip().splitlines()) == 1
+
+    as_agent(acme_live.owner)
+    code, out, _ = run(capsys, "confirm", entry_id)
+    assert code == 0 and out == f"{entry_id} is trusted: recall now answers with it\n"
+    as_agent(acme_live.reader, "acme")
+    code, out, _ = run(capsys, "recall", "staging database reset", "--json")
+    assert [e["id"] for e in json.loads(out)["entries"]] == [entry_id]
+
+    as_agent(acme_live.owner)
+    code, out, _ = run(capsys, "refute", entry_id, "--reason", "it is reset weekly", "--json")
+    assert code == 0 and json.loads(out)["state"] == "contradicted"
+    as_agent(acme_live.reader, "acme")
+    code, out, _ = run(capsys, "recall", "staging database reset", "--json")
+    assert json.loads(out)["entries"] == []
