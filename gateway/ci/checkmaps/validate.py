@@ -35,6 +35,7 @@ from gateway.knowledge.settings import SLUG
 
 
 MAX_FILE_BYTES = 256 * 1024
+LINE_BREAKS_IN_DISPUTE = frozenset("\u0085\u2028\u2029")
 # The shapes below are, character for character, the `pattern`s of
 # checkmap.schema.json (a test holds them equal), and are matched whole
 # (`fullmatch`): what an editor's schema check accepts, the gateway accepts.
@@ -44,6 +45,7 @@ _INVISIBLE = r"\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200b\u2028\u2029\u202f\u
 _VISIBLE = f"[^{_INVISIBLE}]"
 _SEGMENT = f"[^/@{_INVISIBLE}]"
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"  # 1 to 65535
 SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 NUMERIC_ID = re.compile(r"^[0-9]{1,20}$")
@@ -56,7 +58,7 @@ GITHUB_WORKFLOW = re.compile(
 # host, a port, a path with no trailing slash; no user, query or fragment.
 ISSUER_URL = re.compile(
     r"^(?:https://(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
-    rf"|http://(?:127\.{_OCTET}\.{_OCTET}\.{_OCTET}|localhost|\[::1\]))(?::[0-9]{{1,5}})?"
+    rf"|http://(?:127\.{_OCTET}\.{_OCTET}\.{_OCTET}|localhost|\[::1\]))(?::{_PORT})?"
     rf"(?:/[^?#{_INVISIBLE}]*[^/?#{_INVISIBLE}])?$")
 MAX_ISSUER = 512
 MAX_LABEL = 512
@@ -104,6 +106,13 @@ def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[P
         decoded = raw.decode("utf-8")
     except UnicodeDecodeError:
         return None, [Problem(file, 1, "the file is not UTF-8 text")]
+    for number, line in enumerate(decoded.split("\n"), 1):
+        # YAML 1.1 (the gateway's reader) breaks lines at these, YAML 1.2 (an
+        # editor's) does not: the same bytes would be two different maps.
+        odd = next((c for c in line if c in LINE_BREAKS_IN_DISPUTE), None)
+        if odd is not None:
+            return None, [Problem(file, number, f"the line holds U+{ord(odd):04X}, which YAML readers disagree on "
+                                               "(a line break to some, a character to others); remove it")]
     data, locator, problems = load(decoded, file)
     if problems:
         return None, problems

@@ -36,7 +36,11 @@ class FetchError(Exception):
 
 @functools.lru_cache(maxsize=256)
 def url_allowed(url: str, allow_insecure: bool) -> bool:
-    parts = urlsplit(url)
+    try:  # an issuer's discovery document names this URL: a bad port or bracket must refuse, not raise
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port that is not a number from 0 to 65535)
+    except ValueError:
+        return False
     if not parts.hostname or parts.username or parts.password:
         return False
     if parts.scheme == "https":

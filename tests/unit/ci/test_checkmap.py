@@ -430,3 +430,29 @@ def test_a_file_the_validator_cannot_handle_is_reported_and_the_last_good_versio
     [row] = registry.status()
     assert "could not be validated" in row["error"] and row["sha256"] is not None
     assert registry.snapshot.rule("acme", "migrations") is not None
+
+
+def test_a_line_break_yaml_readers_disagree_on_is_a_problem_at_its_line() -> None:
+    """U+0085 (and U+2028, U+2029) break a line for YAML 1.1, the gateway's
+    reader, and not for YAML 1.2, an editor's: the same bytes would be two
+    maps.  The file is refused at that line, whatever the character is in."""
+    for odd in ("\u0085", "\u2028", "\u2029"):
+        text = CONTRACT_EXAMPLE.replace("checks:", f"description: 'a{odd}b'\nchecks:", 1)
+        checkmap, problems = validate_text(text, "acme.yaml")
+        line = text.split("\n").index(f"description: 'a{odd}b'") + 1
+        assert checkmap is None and [(p.line, "disagree" in p.message) for p in problems] == [(line, True)]
+
+
+def test_an_issuer_port_out_of_range_is_a_problem_not_a_crash() -> None:
+    """`https://ci.example:99999` fits five digits but is no port: urllib
+    raises on it, so the shape itself says 1 to 65535, in the validator and
+    the schema alike."""
+    for port in ("99999", "65536", "70000"):
+        text = CONTRACT_EXAMPLE.replace("https://gitlab.example.com",
+                                        f"https://gitlab.example.com:{port}", 1)
+        assert text != CONTRACT_EXAMPLE
+        checkmap, problems = validate_text(text, "acme.yaml")
+        assert checkmap is None and any("port" in p.message for p in problems), problems
+    checkmap, problems = validate_text(CONTRACT_EXAMPLE.replace(
+        "https://gitlab.example.com", "https://gitlab.example.com:65535", 1), "acme.yaml")
+    assert problems == [] and checkmap is not None

@@ -295,7 +295,13 @@ def checkmaps(draw: Any) -> dict[str, Any]:
 def gateway_only(data: dict[str, Any]) -> bool:
     """A map that only the gateway can judge: one secret variable named twice
     (one sender, one voice), or a generic binding of a host a GitLab or
-    GitHub binding of the file names (bound by ids, never by `sub`)."""
+    GitHub binding of the file names (bound by ids, never by `sub`); or a
+    file holding U+0085, U+2028 or U+2029 as raw characters, which YAML 1.1
+    reads as line breaks and YAML 1.2 as characters (the gateway refuses the
+    file; what an editor makes of it depends on where the character sits)."""
+    text = yaml.dump(data, Dumper=NoAliases, allow_unicode=True, sort_keys=False)
+    if any(c in validate.LINE_BREAKS_IN_DISPUTE for c in text):
+        return True
     bindings = [b for b in (data.get("issuers") or []) if isinstance(b, dict)] if isinstance(data.get("issuers"), list) else []
     names = [b.get(k) for b in bindings for k in ("secret_env", "webhook_secret_env") if isinstance(b.get(k), str)]
     hosts = {validate.issuer_system(b["issuer"]) for b in bindings if b.get("provider") in ("github-actions", "gitlab")

@@ -207,3 +207,14 @@ async def test_one_deadline_holds_the_whole_fetch(issuer: OidcIssuer, mode: str)
         assert time.monotonic() - started < 1.0
         assert (await fetcher.get_json(drip.url + "/.well-known/openid-configuration"))["issuer"] == drip.url
     await fetcher.close()
+
+
+def test_a_jwks_uri_urllib_cannot_read_is_refused_not_raised() -> None:
+    """The discovery document, the issuer's own, names the jwks_uri: a port
+    past 65535 or an unclosed IPv6 bracket is a refused URL (503 to the CI
+    job), never a ValueError out of the key refresh."""
+    from gateway.ci.oidc.fetch import url_allowed
+
+    assert url_allowed("https://issuer.example/keys", False)
+    for url in ("https://issuer.example:99999/keys", "https://[issuer/keys", "https://issuer.example:port/keys"):
+        assert not url_allowed(url, False), url
