@@ -19,7 +19,7 @@ from gateway.knowledge.model import Principal
 @dataclass(frozen=True)
 class Action:
     level: str
-    # How the refusal names the action ("<doing> needs a <level> token ...");
+    # How the refusal names the action ("<doing> needs a/an <level> token ...");
     # clients and the docs quote these sentences, so they stay as they were.
     doing: str
 
@@ -56,7 +56,7 @@ def require(principal: Principal, action: str) -> None:
     needed = ACTIONS[action]
     if not principal.at_least(needed.level):
         raise Forbidden(
-            f"{needed.doing} needs a {needed.level} token for project {principal.project.slug}; "
+            f"{needed.doing} needs {'an' if needed.level == 'owner' else 'a'} {needed.level} token for project {principal.project.slug}; "
             f"this token is {principal.level}",
             code="insufficient_level",
         )
