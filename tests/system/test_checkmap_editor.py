@@ -70,7 +70,12 @@ def verdicts() -> dict[str, int]:
 def test_random_maps_get_the_same_verdict_from_the_editor_and_the_gateway(
     server: YamlLanguageServer, folder: Path, verdicts: dict[str, int]
 ) -> None:
-    @settings(max_examples=120, deadline=None, database=None,
+    # Derandomized: each example costs an editor round trip, so 120 is all
+    # this test can afford, and on a random draw of 120 the accepted maps
+    # ranged from 2 to about 15.  The same 120 every run keep the "both sides
+    # of the line" check meaningful; the schema-only property test in
+    # tests/unit/ci/test_checkmap_schema.py keeps exploring at random.
+    @settings(max_examples=120, deadline=None, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(checkmaps())
     def agree(data: dict[str, Any]) -> None:
