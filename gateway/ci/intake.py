@@ -36,7 +36,8 @@ from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFou
 from gateway.core.ids import new_id
 from gateway.knowledge.model import Support
 from gateway.knowledge.service import Knowledge
-from gateway.store.base import Driver
+from gateway.store.base import Driver, write_statement
+from gateway.store.queries.attestations import Recorded, Replay
 from gateway.ci.oidc import github, workflows
 from gateway.ci.oidc.claims import Refusal, object_id
 from gateway.ci.oidc.token import LEEWAY_SECONDS
@@ -92,9 +93,6 @@ def decide(rule: CheckRule | None, outcome: str, workflow: WorkflowRef | None, h
     return None
 
 
-Reservation = Callable[[Any, float], Awaitable[bool]]
-
-
 class AttestationIntake:
     def __init__(self, *, config: Config, clock: Clock, driver: Driver, knowledge: Knowledge, metrics: Metrics,
                  registry: CheckmapRegistry, verifier: TokenVerifier,
@@ -113,16 +111,6 @@ class AttestationIntake:
 
     async def from_token(self, token: str, statement: Statement) -> dict[str, Any]:
         credential = await self.verifier.verify(token, statement.project)
-        jti_until = credential.expires_at + LEEWAY_SECONDS
-
-        async def reserve(q: Any, now: float) -> bool:
-            if not await q.reserve_jti(credential.issuer_url, credential.jti, jti_until, now):
-                raise Conflict(
-                    "this token was already used for an attestation; request a fresh token for each attestation",
-                    code="token_reused",
-                )
-            return True
-
         result = await self._record(
             project=credential.project,
             issuer=credential.issuer,
@@ -130,7 +118,7 @@ class AttestationIntake:
             workflow=credential.workflow,
             home=credential.home_repository,
             provenance=credential.provenance,
-            reserve=reserve,
+            replay=Replay(True, credential.issuer_url, credential.jti, credential.expires_at + LEEWAY_SECONDS),
         )
         assert result is not None
         return result
@@ -213,10 +201,6 @@ class AttestationIntake:
         statement = read_statement(payload)
         binding = _one_project(verified, statement.project)
         message_id = headers.get("webhook-id", "")
-
-        async def reserve(q: Any, now: float) -> bool:
-            return bool(await q.reserve_delivery(binding.identity, f"webhook-id:{message_id}", now))
-
         result = await self._record(
             project=binding.project,
             issuer=binding.identity,
@@ -224,7 +208,7 @@ class AttestationIntake:
             workflow=None,
             home=None,
             provenance={"source": source, "webhook_id": message_id},
-            reserve=reserve,
+            replay=Replay(False, binding.identity, f"webhook-id:{message_id}"),
         )
         if result is None:
             return 200, {"recorded": False, "duplicate": True, "reason": "webhook-id already recorded"}
@@ -258,10 +242,6 @@ class AttestationIntake:
                 refusals.append(refusal)
                 continue
             seen_projects.add(binding.project)
-
-            async def reserve(q: Any, now: float, identity: str = binding.identity) -> bool:
-                return bool(await q.reserve_delivery(identity, key, now))
-
             result = await self._record(
                 project=binding.project,
                 issuer=binding.identity,
@@ -279,7 +259,7 @@ class AttestationIntake:
                     "run_id": run_id,
                     "run_attempt": attempt,
                 },
-                reserve=reserve,
+                replay=Replay(False, binding.identity, key),
             )
             if result is None:
                 duplicates += 1
@@ -306,53 +286,36 @@ class AttestationIntake:
         workflow: WorkflowRef | None,
         home: str | None,
         provenance: dict[str, Any],
-        reserve: Reservation,
+        replay: Replay,
     ) -> dict[str, Any] | None:
-        """One write unit; None when the reservation says this was seen before."""
+        """One write unit; None when a delivery's key says it was seen before
+        (a reused token is refused: 409 token_reused)."""
         rule = self.registry.snapshot.rule(project, statement.check)
         reason = decide(rule, statement.outcome, workflow, home)
-        knowledge = self.knowledge
         now = self.clock.now()
         attestation_id = new_id("at")
+        supports = rule.supports if reason is None and rule is not None else ()
 
-        async def unit(q: Any) -> dict[str, Any] | None:
-            stored_project = await q.project_by_slug(project)
-            if stored_project is None:
-                raise NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
-                               code="project_not_found")
-            if not await reserve(q, now):
-                return None
-            await q.insert_attestation(attestation_id, stored_project.id, issuer, statement.check, statement.outcome,
-                                       reason is None, reason, provenance, statement.run_url, now)
-            supports: list[dict[str, Any]] = []
-            promoted: list[str] = []
-            if reason is None and rule is not None:
-                support = Support(issuer=issuer, source=statement.check, attestation_id=attestation_id, at=now)
-                for entry_id in rule.supports:
-                    if await q.support_exists(stored_project.id, entry_id, issuer, statement.check):
-                        # A rerun: the support is there, nothing can change; skip loading the entry.
-                        supports.append({"entry_id": entry_id, "duplicate": True})
-                        continue
-                    outcome = await knowledge.apply_support(q, stored_project, entry_id, support, now)
-                    if outcome is None:
-                        continue  # not an entry of this project: never supported
-                    supports.append({"entry_id": outcome.entry_id, "duplicate": outcome.duplicate})
-                    if outcome.promoted:
-                        promoted.append(outcome.entry_id)
-            answer: dict[str, Any] = {
-                "attestation_id": attestation_id,
-                "project": project,
-                "issuer": issuer,
-                "check": statement.check,
-                "counted": reason is None,
-            }
-            if reason is not None:
-                answer["reason"] = reason
-            answer["supports"] = supports
-            answer["promoted"] = promoted
-            return answer
+        # Most CI runs are reruns: every mapped entry already holds this
+        # issuer + check's support, so recording is the replay key and the
+        # row, one statement on PostgreSQL.  It writes nothing otherwise.
+        async def rerun(q: Any) -> Recorded:
+            found: Recorded = await q.record_rerun(project, replay, supports, attestation_id, issuer, statement.check,
+                                                   statement.outcome, reason, provenance, statement.run_url, now)
+            return found
 
-        result = await self.driver.write(unit)
+        found = await write_statement(self.driver, rerun)
+        if found.project_id is None:
+            raise _no_project(project)
+        if found.recorded:
+            result: dict[str, Any] | None = _answer(attestation_id, project, issuer, statement.check, reason,
+                                                    [{"entry_id": e, "duplicate": True} for e in supports], [])
+        elif not found.missing:
+            _replayed(replay)
+            result = None
+        else:
+            result = await self.driver.write(self._unit(project, issuer, statement, reason, provenance, replay,
+                                                        supports, attestation_id, now))
         if result is not None:
             self._counter(statement.outcome, result["counted"]).inc()
             if result["promoted"]:
@@ -360,6 +323,41 @@ class AttestationIntake:
             log.info("attestation", extra={"project": project, "issuer": issuer, "check": statement.check[:200],
                                            "counted": result["counted"]})
         return result
+
+    def _unit(self, project: str, issuer: str, statement: Statement, reason: str | None, provenance: dict[str, Any],
+              replay: Replay, supports: tuple[str, ...], attestation_id: str, now: float
+              ) -> Callable[[Any], Awaitable[dict[str, Any] | None]]:
+        """The full write unit, for an attestation that adds supports: the
+        replay key, the row, and one support per mapped entry through
+        `Knowledge.apply_support` (which may promote), all or nothing."""
+        knowledge = self.knowledge
+
+        async def unit(q: Any) -> dict[str, Any] | None:
+            stored_project = await q.project_by_slug(project)
+            if stored_project is None:
+                raise _no_project(project)
+            if not await q.reserve(replay, now):
+                _replayed(replay)
+                return None
+            await q.insert_attestation(attestation_id, stored_project.id, issuer, statement.check, statement.outcome,
+                                       reason is None, reason, provenance, statement.run_url, now)
+            added: list[dict[str, Any]] = []
+            promoted: list[str] = []
+            support = Support(issuer=issuer, source=statement.check, attestation_id=attestation_id, at=now)
+            for entry_id in supports:
+                if await q.support_exists(stored_project.id, entry_id, issuer, statement.check):
+                    # A rerun: the support is there, nothing can change; skip loading the entry.
+                    added.append({"entry_id": entry_id, "duplicate": True})
+                    continue
+                outcome = await knowledge.apply_support(q, stored_project, entry_id, support, now)
+                if outcome is None:
+                    continue  # not an entry of this project: never supported
+                added.append({"entry_id": outcome.entry_id, "duplicate": outcome.duplicate})
+                if outcome.promoted:
+                    promoted.append(outcome.entry_id)
+            return _answer(attestation_id, project, issuer, statement.check, reason, added, promoted)
+
+        return unit
 
     def _counter(self, outcome: str, counted: bool) -> Any:
         """The attestation counter child for these labels, looked up once."""
@@ -394,6 +392,30 @@ class AttestationIntake:
                         "secret", binding.where(), binding.webhook_secret_env, MIN_WEBHOOK_SECRET)
             return None
         return value
+
+
+def _no_project(project: str) -> NotFound:
+    return NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
+                    code="project_not_found")
+
+
+def _replayed(replay: Replay) -> None:
+    """A taken replay key: a token is refused (raised inside a unit, it undoes
+    the unit), a delivery is a duplicate (None)."""
+    if replay.token:
+        raise Conflict("this token was already used for an attestation; request a fresh token for each attestation",
+                       code="token_reused")
+
+
+def _answer(attestation_id: str, project: str, issuer: str, check: str, reason: str | None,
+            supports: list[dict[str, Any]], promoted: list[str]) -> dict[str, Any]:
+    answer: dict[str, Any] = {"attestation_id": attestation_id, "project": project, "issuer": issuer, "check": check,
+                              "counted": reason is None}
+    if reason is not None:
+        answer["reason"] = reason
+    answer["supports"] = supports
+    answer["promoted"] = promoted
+    return answer
 
 
 def _one_project(bindings: list[Binding], project: str | None) -> Binding:

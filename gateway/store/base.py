@@ -19,6 +19,10 @@ in one transaction (PostgreSQL: one REPEATABLE READ transaction, two round
 trips fewer); otherwise they run as `read` then `write`, as on SQLite, whose
 single writer must not wait on searches.
 
+`write_statement(driver, unit)` (below) is `write` for a unit that sends
+exactly one statement: a driver may run it as that statement's own
+transaction (PostgreSQL: no BEGIN/COMMIT, one round trip instead of three).
+
 A driver may also name its database for per-process caches (`cache_key`, a
 string; PostgreSQL's also reaches its `Tx`).  Only facts that may be a
 little old are cached under it (the recall index's table statistics, for a
@@ -82,3 +86,13 @@ async def read_then_write(
 
     await driver.write(record, durable=durable)
     return result
+
+
+async def write_statement(driver: Driver, unit: Unit[T]) -> T:
+    """`driver.write(unit)` for a unit that sends exactly one statement, as
+    that statement's own transaction where the driver offers it
+    (`write_statement` method); same durability and retries as `write`."""
+    single = getattr(driver, "write_statement", None)
+    if single is not None:
+        return cast(T, await single(unit))
+    return await driver.write(unit)

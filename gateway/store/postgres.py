@@ -20,6 +20,8 @@ Why it looks the way it does:
   REPEATABLE READ transaction: the write part only inserts, so it neither
   waits on nor takes a lock that another unit could want, and the recall
   costs one BEGIN/COMMIT instead of two.
+- A unit of one statement (`write_statement`) runs without BEGIN/COMMIT:
+  the statement is its own transaction, one round trip in all.
 - A non-durable transaction opens with `BEGIN; SET LOCAL synchronous_commit
   TO OFF` sent as one simple query (one round trip instead of two).
 - The SQL of `Queries` is written once with `?` placeholders; each distinct
@@ -296,6 +298,13 @@ class PostgresDriver:
         (`synchronous_commit = off` for that transaction only)."""
         return await self._write(unit, durable=durable, snapshot=False)
 
+    async def write_statement(self, unit: Unit[T]) -> T:
+        """Run `unit`, which sends exactly one statement, as that
+        statement's own transaction: PostgreSQL commits it (durably, WAL
+        flushed) before answering, so `BEGIN` and `COMMIT` would be two
+        round trips for nothing.  Retried like `write`."""
+        return await self._write(unit, durable=True, snapshot=False, single=True)
+
     async def read_then_write(
         self, read: Unit[T], write: Callable[[Any, T], Awaitable[Any]], *, durable: bool = True
     ) -> T:
@@ -314,7 +323,7 @@ class PostgresDriver:
 
         return await self._write(unit, durable=durable, snapshot=True)
 
-    async def _write(self, unit: Unit[T], *, durable: bool, snapshot: bool) -> T:
+    async def _write(self, unit: Unit[T], *, durable: bool, snapshot: bool, single: bool = False) -> T:
         import asyncpg
 
         from gateway.store.queries import Queries
@@ -330,6 +339,8 @@ class PostgresDriver:
             try:
                 with _server_faults("write"):
                     async with self._acquire() as conn:
+                        if single:
+                            return await unit(Queries(PostgresTx(conn, self.cache_key)))
                         if durable and not snapshot:
                             async with conn.transaction():
                                 return await unit(Queries(PostgresTx(conn, self.cache_key)))

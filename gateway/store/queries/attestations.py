@@ -2,12 +2,110 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.store.queries.common import QueryBase, _dump, _load, _where
 
 
+@dataclass(frozen=True)
+class Replay:
+    """The key that lets an attestation be recorded once: a token's `jti`
+    (`token=True`; held until `until`, then it could no longer be accepted)
+    or a delivery key (a signed run attempt, a `webhook-id`; kept)."""
+
+    token: bool
+    source: str  # the issuer URL of a token, the identity a delivery came through
+    key: str
+    until: float = 0.0
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What `record_rerun` found.  Nothing was written unless `recorded`."""
+
+    project_id: int | None  # None: no project of that slug
+    missing: int  # mapped entries this fingerprint does not support yet (the full unit must add them)
+    recorded: bool  # the replay key was new and the attestation row is written
+
+
+# PostgreSQL: the whole rerun in one statement, run as its own transaction
+# (no BEGIN/COMMIT round trips).  The reservation writes only when the
+# project exists and every mapped entry already holds this fingerprint's
+# support; the attestation row only when the reservation took.  {reserve}
+# is the replay store's INSERT over the `go` row.
+_RERUN_PG = """WITH p AS (SELECT id FROM projects WHERE slug = ?),
+need AS (SELECT COUNT(*) AS missing FROM unnest(?::text[]) AS want(entry_id) WHERE NOT EXISTS (
+    SELECT 1 FROM supports s JOIN entries e ON e.seq = s.entry_seq
+    WHERE e.project_id = (SELECT id FROM p) AND e.id = want.entry_id AND s.issuer = ? AND s.source = ?)),
+go AS (SELECT p.id FROM p, need WHERE need.missing = 0),
+r AS ({reserve} RETURNING 1),
+a AS (INSERT INTO attestations (id, project_id, issuer, check_name, outcome, counted, reason, provenance, run_url, at)
+    SELECT ?, go.id, ?, ?, ?, ?::bigint, ?, ?, ?, ?::double precision FROM go, r RETURNING 1)
+SELECT (SELECT id FROM p) AS project_id, (SELECT missing FROM need) AS missing, (SELECT COUNT(*) FROM a) AS recorded"""
+RERUN_TOKEN_PG = _RERUN_PG.format(reserve=(
+    "INSERT INTO seen_tokens (issuer, jti, expires_at) SELECT ?, ?, ?::double precision FROM go "
+    "ON CONFLICT (issuer, jti) DO UPDATE SET expires_at = excluded.expires_at "
+    "WHERE seen_tokens.expires_at <= ?::double precision"))
+RERUN_DELIVERY_PG = _RERUN_PG.format(reserve=(
+    "INSERT INTO webhook_deliveries (source, delivery_key, at) SELECT ?, ?, ?::double precision FROM go "
+    "ON CONFLICT DO NOTHING"))
+
+
 class AttestationQueries(QueryBase):
+    async def reserve(self, replay: Replay, now: float) -> bool:
+        """True if the replay key was not taken: reserved now."""
+        if replay.token:
+            return await self.reserve_jti(replay.source, replay.key, replay.until, now)
+        return await self.reserve_delivery(replay.source, replay.key, now)
+
+    async def record_rerun(
+        self,
+        slug: str,
+        replay: Replay,
+        supports: tuple[str, ...],
+        attestation_id: str,
+        issuer: str,
+        check: str,
+        outcome: str,
+        reason: str | None,
+        provenance: Any,
+        run_url: str | None,
+        now: float,
+    ) -> Recorded:
+        """Record an attestation whose every mapped entry (`supports`, empty
+        when it does not count) already holds this issuer + check's support:
+        reserve the replay key and write the row, nothing else.  Writes
+        nothing when the project is missing, a support is missing (the
+        caller runs the full unit) or the key was taken.  On PostgreSQL one
+        statement (see `Driver`'s `write_statement`)."""
+        counted = 1 if reason is None else 0
+        if self.dialect.array_params:
+            reserve = ((replay.source, replay.key, replay.until, now) if replay.token
+                       else (replay.source, replay.key, now))
+            row = await self.tx.one(
+                RERUN_TOKEN_PG if replay.token else RERUN_DELIVERY_PG,
+                slug, list(supports), issuer, check, *reserve,
+                attestation_id, issuer, check, outcome, counted, reason, _dump(provenance), run_url, now,
+            )
+            assert row is not None
+            return Recorded(row["project_id"], int(row["missing"]), bool(row["recorded"]))
+        marks = ", ".join("?" * len(supports)) or "NULL"
+        row = await self.tx.one(
+            "SELECT p.id AS project_id, (SELECT COUNT(DISTINCT e.id) FROM supports s JOIN entries e ON e.seq = s.entry_seq "
+            f"WHERE e.project_id = p.id AND e.id IN ({marks}) AND s.issuer = ? AND s.source = ?) AS found "
+            "FROM projects p WHERE p.slug = ?",
+            *supports, issuer, check, slug,
+        )
+        if row is None:
+            return Recorded(None, len(supports), False)
+        missing = len(set(supports)) - int(row["found"])
+        if missing or not await self.reserve(replay, now):
+            return Recorded(row["project_id"], missing, False)
+        await self.insert_attestation(attestation_id, row["project_id"], issuer, check, outcome, reason is None,
+                                      reason, provenance, run_url, now)
+        return Recorded(row["project_id"], 0, True)
+
     async def reserve_jti(self, issuer: str, jti: str, expires_at: float, now: float) -> bool:
         """True if this (issuer, jti) was never seen while it could be accepted."""
         # One statement: a new key is inserted, an expired one taken over;
