@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 
@@ -74,3 +75,9 @@ def test_rfc3339_is_utc_with_z_and_a_fraction_only_when_there_is_one(seconds: in
     whole = datetime.fromtimestamp(seconds, tz=timezone.utc)
     assert to_rfc3339(float(seconds)) == whole.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert to_rfc3339(None) is None
+
+
+@given(st.binary(min_size=10, max_size=10))
+def test_random_part_is_b32_of_the_bytes(raw: bytes) -> None:
+    # new_id encodes its random bytes in C; it must be _b32 of their bits.
+    assert base64.b32encode(raw).translate(ids._FROM_RFC4648).decode() == ids._b32(int.from_bytes(raw, "big"), 16)
