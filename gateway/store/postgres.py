@@ -1,4 +1,4 @@
-"""PostgreSQL backend: an asyncpg pool, one transaction per write unit.
+"""PostgreSQL backend: asyncpg connections, one transaction per write unit.
 
 Why it looks the way it does:
 
@@ -47,8 +47,9 @@ from functools import lru_cache
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
-from gateway.core.errors import Conflict, Unavailable
+from gateway.core.errors import Conflict, GatewayError, Unavailable
 from gateway.store.base import T, Unit
+from gateway.store.pg_connections import Connections
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
 
 log = logging.getLogger("relayroom.store")
@@ -58,6 +59,7 @@ log = logging.getLogger("relayroom.store")
 MIGRATION_LOCK = 0x52524D4947524154  # "RRMIGRAT"
 WRITE_ATTEMPTS = 6
 UNIQUE_ATTEMPTS = 2
+CONNECT_TIMEOUT = 10.0
 DRIVER_OPTIONS = {"pool_min": 1, "pool_max": 10, "statement_timeout_ms": 15000}
 
 _COUNT = re.compile(r"(\d+)\s*$")
@@ -160,10 +162,6 @@ def redact(url: str) -> str:
     return urlunparse(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
-async def _keep_session(conn: Any) -> None:
-    return None
-
-
 class PostgresTx:
     dialect = "postgres"
 
@@ -198,7 +196,7 @@ class PostgresDriver:
         # without its password plus the database's oid, so a database dropped
         # and created again under the same name is another key.
         self.cache_key: str | None = None
-        self._pool: Any = None
+        self._pool: Connections | None = None
         self._gate = asyncio.Semaphore(1)  # made again, for the pool's size and this loop, by open()
 
     # -- lifecycle --------------------------------------------------------------
@@ -208,17 +206,12 @@ class PostgresDriver:
 
         timeout_ms = self._options["statement_timeout_ms"]
         self._gate = asyncio.Semaphore(self._options["pool_max"])
-        try:
-            self._pool = await asyncpg.create_pool(
+
+        def connect() -> Awaitable[Any]:
+            return asyncpg.connect(
                 self._dsn,
-                min_size=self._options["pool_min"],
-                max_size=self._options["pool_max"],
+                timeout=CONNECT_TIMEOUT,
                 command_timeout=timeout_ms / 1000 + 5,
-                # Units change no session state (no SET, LISTEN or session
-                # locks; the migration runs on a connection of its own), so
-                # the pool's reset query on every release is a round trip
-                # for nothing.  asyncpg still rolls back an open transaction.
-                reset=_keep_session,
                 server_settings={
                     "statement_timeout": str(timeout_ms),
                     # A unit awaits only its queries; a transaction idle this
@@ -227,12 +220,18 @@ class PostgresDriver:
                     "application_name": "relayroom-gateway",
                 },
             )
+
+        connections = Connections(connect)
+        try:
+            await connections.fill(self._options["pool_min"])
         except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+            connections.terminate()
             raise Unavailable(
                 f"cannot connect to PostgreSQL at {self.url}: {type(exc).__name__}: {exc}",
                 code="store_unavailable",
                 retry_after=5,
             ) from None
+        self._pool = connections
         try:
             conn = await asyncpg.connect(self._dsn, timeout=30)
             try:
@@ -242,7 +241,7 @@ class PostgresDriver:
             finally:
                 await conn.close()
         except BaseException:
-            await self._pool.close()
+            await connections.close(10)
             self._pool = None
             raise
 
@@ -277,10 +276,7 @@ class PostgresDriver:
     async def close(self) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:
-            try:
-                await asyncio.wait_for(pool.close(), 10)
-            except asyncio.TimeoutError:
-                pool.terminate()
+            await pool.close(10)
 
     async def ping(self) -> bool:
         try:
@@ -372,22 +368,22 @@ class PostgresDriver:
 
     @contextlib.asynccontextmanager
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
+        import asyncpg
+
         if self._pool is None:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
-        # Requests queue here, first come first served, rather than in the
-        # pool: its queue lets a newcomer take a connection released for a
-        # woken waiter, which then queues again at the back (at 64 clients on
-        # 10 connections: p50 9 ms but p99 250 ms in bench/attest.py).
-        gate = self._gate
+        # Requests queue here, first come first served (asyncpg's pool let a
+        # newcomer take a connection released for a woken waiter, which then
+        # queued again at the back: at 64 clients on 10 connections, p50 9 ms
+        # but p99 250 ms in bench/attest.py).
+        pool, gate = self._pool, self._gate
         try:
             async with asyncio.timeout(timeout):
                 await gate.acquire()
                 try:
-                    # The gate has a place per pool connection, so one is
-                    # free (perhaps still to be connected): waited for under
-                    # this timeout, not asyncpg's, which runs the wait as a
-                    # task of its own.
-                    conn = await self._pool.acquire()
+                    # The gate has a place per connection, so this takes an
+                    # idle one or opens one (under this timeout).
+                    conn = await pool.take()
                 except BaseException:
                     gate.release()
                     raise
@@ -395,12 +391,18 @@ class PostgresDriver:
             raise Unavailable(
                 "every store connection is busy; retry shortly", code="store_busy", retry_after=1
             ) from None
+        reusable = False
         try:
-            try:
-                yield conn
-            finally:
-                await self._pool.release(conn)
+            yield conn
+            reusable = True
+        except asyncpg.PostgresError:
+            reusable = True  # the server answered: the connection is ready for the next statement
+            raise
+        except GatewayError:
+            reusable = True  # the unit's own refusal, between statements (its transaction was rolled back)
+            raise
         finally:
+            pool.give_back(conn, reusable)
             gate.release()
 
 
@@ -409,8 +411,8 @@ async def _transaction(conn: Any, begin: str) -> AsyncIterator[None]:
     """A transaction opened by `begin`, a simple query that may hold more
     than BEGIN (`SET LOCAL ...`: one round trip for both), committed when the
     block ends and rolled back if it raises.  A ROLLBACK that fails (the
-    connection is gone) leaves the first error to propagate; the pool then
-    discards or resets the connection."""
+    connection is gone) leaves the first error to propagate; the connection
+    is then not used again (`pg_connections`)."""
     try:
         await conn.execute(begin)
         yield
