@@ -301,3 +301,37 @@ async def test_requests_wait_for_a_connection_in_arrival_order(driver: PostgresD
         assert order == list(range(12))
     finally:
         await single.close()
+
+
+async def test_a_connection_is_reused_after_a_refusal_and_dropped_after_a_cancel(driver: PostgresDriver) -> None:
+    """The driver's own connection stack (`pg_connections`): a unit's refusal
+    or a server error leaves a connection that answers the next unit; a
+    cancelled unit's connection may still have its statement running, so a
+    new one serves the next unit, at once."""
+    pids: list[int] = []
+
+    async def refused(q: Any) -> None:
+        pids.append((await q.tx.one("SELECT pg_backend_pid() AS pid"))["pid"])
+        raise GatewayError("refused", code="refused")
+
+    with pytest.raises(GatewayError):
+        await driver.write(refused)
+    with pytest.raises(Exception):
+        await driver.write(lambda q: q.tx.run("SELECT * FROM no_such_table"))
+    assert (await driver.read(lambda q: q.tx.one("SELECT pg_backend_pid() AS pid")))["pid"] == pids[0]
+
+    started = asyncio.Event()
+
+    async def slow(q: Any) -> None:
+        pids.append((await q.tx.one("SELECT pg_backend_pid() AS pid"))["pid"])
+        started.set()
+        await q.tx.run("SELECT pg_sleep(1.2)")
+
+    task = asyncio.create_task(driver.write(slow))
+    await started.wait()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    quick = await asyncio.wait_for(driver.read(lambda q: q.tx.one("SELECT pg_backend_pid() AS pid")), 1.0)
+    assert quick["pid"] != pids[1]
