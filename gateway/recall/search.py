@@ -245,7 +245,7 @@ def fuse(originals: Iterable[tuple[int, float]], expansions: Iterable[tuple[int,
 # low IDF adds little to the ranking, while scoring every row it matches is
 # what makes recall slow (BM25 costs per matched row).  Below this size
 # nothing is pruned and the ranking is exact.
-COMMON_ROWS = 2000
+COMMON_ROWS = 1000
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.core.errors import Unavailable
 from gateway.store.base import T, Unit
+from gateway.store.fts_counts import PhraseCounts
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
 
 log = logging.getLogger("relayroom.store")
@@ -37,8 +38,11 @@ MAX_GROUP = 256
 class SqliteTx:
     dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, counts: PhraseCounts | None = None) -> None:
         self._conn = conn
+        # The recall index's phrase counts, kept between searches: only on
+        # the reader's snapshots (see gateway.store.fts_counts).
+        self.phrase_counts = counts
 
     async def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
         row = self._conn.execute(sql, args).fetchone()
@@ -98,6 +102,7 @@ class SqliteDriver:
         self._task: asyncio.Task[None] | None = None
         self._read_lock: asyncio.Lock | None = None
         self._stopped = False
+        self._phrase_counts = PhraseCounts()
 
     async def open(self) -> None:
         if self.path != ":memory:":
@@ -173,7 +178,7 @@ class SqliteDriver:
         async with self._read_lock:
             self._reader.execute("BEGIN")
             try:
-                return await unit(Queries(SqliteTx(self._reader)))
+                return await unit(Queries(SqliteTx(self._reader, self._phrase_counts)))
             finally:
                 self._reader.execute("COMMIT")
 
