@@ -92,8 +92,12 @@ async def stages(entries: int, count: int) -> dict[str, list[float]]:
                     row = await tx_queries.tx.one(count_sql, fts5_expression((Phrase(key[1], prefix=key[2]),)), COMMON_ROWS + 1)
                     return int(row["n"])
 
-                await cache.counts(tx_queries.tx, table, keys, counted)  # warm, as the recalls before left it
-                await timed(out["kept counts"], lambda: cache.counts(tx_queries.tx, table, keys, counted))
+                await (await cache.table(tx_queries.tx, table)).counts(keys, counted)  # warm, as the recalls before left it
+
+                async def kept() -> Any:
+                    return await (await cache.table(tx_queries.tx, table)).counts(keys, counted)
+
+                await timed(out["kept counts"], kept)
                 await timed(out["rank"], lambda: index._ranked(project.id, plan, None, 30, DEFAULT_RANKING))
                 hits = await timed(out["index search"], lambda: index.search(project.id, q, None, 10, now))
                 await timed(out["entries"], lambda: tx_queries.entries_by_seqs([seq for seq, _ in hits]))

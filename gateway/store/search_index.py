@@ -145,15 +145,18 @@ class SqliteFtsIndex:
 
         counts: dict[str, int] | None = None
         cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
-        if cache is not None:
-            # Each phrase's count, mostly from the cache (no statement but a
+        known = await cache.table(self.tx, table) if cache is not None else None
+        if known is not None and known.rows <= wanted:
+            everything, common = known.rows, False  # the whole table fits in one answer
+        elif known is not None:
+            # Each phrase's count, mostly from the cache (no statement but the
             # version check).  Their sum bounds the rows of the whole question.
             async def count(key: Key) -> int:
                 return await matches((Phrase(key[1], prefix=key[2]),))
 
             keyed = {p.text: (kind, p.text, p.prefix) for p in plan.phrases}
-            known = await cache.counts(self.tx, table, list(keyed.values()), count)
-            counts = {text: known[key] for text, key in keyed.items()}
+            found = await known.counts(list(keyed.values()), count)
+            counts = {text: found[key] for text, key in keyed.items()}
             everything = sum(counts.values())
             if everything == 0:
                 return {}

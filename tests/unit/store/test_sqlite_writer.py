@@ -70,12 +70,13 @@ async def test_kept_phrase_counts_are_counted_again_after_the_index_changes(tmp_
         return int(conn.execute("SELECT COUNT(*) FROM f WHERE f MATCH ?", (f'"{key[1]}"',)).fetchone()[0])
 
     key = (None, "deploy", False)
-    assert await cache.counts(tx, "f", [key], count) == {key: 1}
-    assert await cache.counts(tx, "f", [key], count) == {key: 1}
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
     assert asked == ["deploy"]  # the second time from the cache
     conn.execute("INSERT INTO f (rowid, a) VALUES (2, 'deploy again')")
-    assert await cache.counts(tx, "f", [key], count) == {key: 2}
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 2}
     conn.execute("INSERT INTO f (f, rowid, a) VALUES ('delete', 2, 'deploy again')")
-    assert await cache.counts(tx, "f", [key], count) == {key: 1}
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
     assert asked == ["deploy"] * 3
+    assert (await cache.table(tx, "f")).rows == 1
     conn.close()
