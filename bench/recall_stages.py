@@ -9,9 +9,12 @@ own, median and p99 in microseconds:
 
 - plan: words, stop words, synonym expansion, kind hints (`plan_query`);
 - count: the matching rows of the whole question (one FTS5 statement, up to
-  2,001 rows), and in a big project the per-phrase counts that decide what
-  `prune` sets aside (one statement per phrase);
-- rank: the BM25 statements (`SqliteFtsIndex._ranked`, counts included);
+  COMMON_ROWS + 1 rows), and in a big project the per-phrase counts that
+  decide what `prune` sets aside (one statement per phrase): what recall
+  did before the counts were kept, shown for comparison;
+- kept counts: the phrase counts as recall now reads them
+  (`gateway.store.fts_counts`: the index's version, then the cache);
+- rank: the BM25 statements (`SqliteFtsIndex._ranked`, kept counts included);
 - index search: `SqliteFtsIndex.search` whole (rank + which hits are live);
 - entries: the entries' rows, supports and contradictions;
 - recall: the whole `Recall.recall` (budget count, search, entries, the
@@ -47,14 +50,14 @@ async def stages(entries: int, count: int) -> dict[str, list[float]]:
     from gateway.core.config import Config
     from gateway.hub import Hub
     from gateway.knowledge.model import Principal
-    from gateway.recall.search import COMMON_ROWS, DEFAULT_RANKING, fts5_expression, plan_query
+    from gateway.recall.search import COMMON_ROWS, DEFAULT_RANKING, Phrase, fts5_expression, plan_query
     from gateway.store.search_index import SqliteFtsIndex
 
     folder = Path(tempfile.mkdtemp(prefix="relayroom-stages-"))
     hub = Hub(Config.from_env({}, database_url=f"sqlite:///{folder / 's.db'}", sweep_interval=0.0), clock=SystemClock())
     await hub.start(background=False)
-    out: dict[str, list[float]] = {k: [] for k in ("plan", "count", "per-phrase counts", "rank", "index search",
-                                                   "entries", "recall")}
+    out: dict[str, list[float]] = {k: [] for k in ("plan", "count", "per-phrase counts", "kept counts", "rank",
+                                                   "index search", "entries", "recall")}
     try:
         text = Text(seed=23)
         project = await hub.accounts.create_project("target")
@@ -82,6 +85,19 @@ async def stages(entries: int, count: int) -> dict[str, list[float]]:
                     for phrase in plan.phrases:
                         await tx_queries.tx.one(count_sql, fts5_expression((phrase,)), COMMON_ROWS + 1)
                     out["per-phrase counts"].append((time.perf_counter() - started) * 1e6)
+                cache = tx_queries.tx.phrase_counts
+                keys = [(None, p.text, p.prefix) for p in plan.phrases]
+
+                async def counted(key: Any) -> int:
+                    row = await tx_queries.tx.one(count_sql, fts5_expression((Phrase(key[1], prefix=key[2]),)), COMMON_ROWS + 1)
+                    return int(row["n"])
+
+                await (await cache.table(tx_queries.tx, table)).counts(keys, counted)  # warm, as the recalls before left it
+
+                async def kept() -> Any:
+                    return await (await cache.table(tx_queries.tx, table)).counts(keys, counted)
+
+                await timed(out["kept counts"], kept)
                 await timed(out["rank"], lambda: index._ranked(project.id, plan, None, 30, DEFAULT_RANKING))
                 hits = await timed(out["index search"], lambda: index.search(project.id, q, None, 10, now))
                 await timed(out["entries"], lambda: tx_queries.entries_by_seqs([seq for seq, _ in hits]))

@@ -245,7 +245,14 @@ def fuse(originals: Iterable[tuple[int, float]], expansions: Iterable[tuple[int,
 # low IDF adds little to the ranking, while scoring every row it matches is
 # what makes recall slow (BM25 costs per matched row).  Below this size
 # nothing is pruned and the ranking is exact.
-COMMON_ROWS = 2000
+COMMON_ROWS = 1000
+# The rows one BM25 statement of a big project may bring in: the rare
+# phrases are kept rarest first while the sum of their rows stays within it
+# (the rarest is always kept).  With each evaluation project padded with
+# 10,000 synthetic entries it ranks exactly as without (MRR@10 0.795; 1,500
+# gives 0.794, 1,000 0.790), and it bounds the slowest questions: the p99
+# of the two statements at 10k entries 3.3 -> 2.6 ms.
+ROW_BUDGET = 2000
 
 
 @dataclass(frozen=True)
@@ -257,9 +264,24 @@ class Pruned:
     require_all: bool  # the agent's words AND-ed (every one of them was common)
 
 
-def prune(plan: QueryPlan, matches: dict[str, int], limit: int = COMMON_ROWS) -> Pruned:
+def within_budget(phrases: tuple[Phrase, ...], matches: dict[str, int], budget: int = ROW_BUDGET) -> tuple[Phrase, ...]:
+    """The rarest of `phrases` whose rows add up to at most `budget` (at
+    least the rarest one), in their order."""
+    kept: set[str] = set()
+    used = 0
+    for phrase in sorted(phrases, key=lambda p: matches.get(p.text, 0)):
+        rows = matches.get(phrase.text, 0)
+        if kept and used + rows > budget:
+            break
+        kept.add(phrase.text)
+        used += rows
+    return tuple(p for p in phrases if p.text in kept)
+
+
+def prune(plan: QueryPlan, matches: dict[str, int], limit: int = COMMON_ROWS, budget: int = ROW_BUDGET) -> Pruned:
     """Drop the phrases that match more than `limit` rows (`matches`, counted
-    up to limit + 1), keeping the ranking exact for everything else.
+    up to limit + 1), and past `budget` rows a statement (`within_budget`),
+    keeping the ranking exact for everything else.
 
     If every one of the agent's own words is common, they are kept and
     AND-ed instead: the rows holding all of them are few, and the best.  A
@@ -269,10 +291,11 @@ def prune(plan: QueryPlan, matches: dict[str, int], limit: int = COMMON_ROWS) ->
         return tuple(p for p in phrases if 0 < matches.get(p.text, 0) <= limit)
 
     originals = rare(plan.originals)
+    expansions = within_budget(rare(plan.expansions), matches, budget)
     if originals:
-        return Pruned(originals, rare(plan.expansions), False)
+        return Pruned(within_budget(originals, matches, budget), expansions, False)
     present = tuple(p for p in plan.originals if matches.get(p.text, 0) > 0) or plan.originals
-    return Pruned(present, rare(plan.expansions), len(present) > 1)
+    return Pruned(present, expansions, len(present) > 1)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from gateway.knowledge.model import Entry
+from gateway.store.fts_counts import Key, PhraseCounts
 from gateway.recall.search import (
     DEFAULT_RANKING,
     COMMON_ROWS,
@@ -142,7 +143,27 @@ class SqliteFtsIndex:
             rows = await self.tx.all(ranked_sql, scoped(expression), wanted)
             return [(int(r["seq"]), float(r["score"])) for r in rows]
 
-        everything = await matches(plan.phrases)
+        counts: dict[str, int] | None = None
+        cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
+        known = await cache.table(self.tx, table) if cache is not None else None
+        if known is not None and known.rows <= wanted:
+            everything, common = known.rows, False  # the whole table fits in one answer
+        elif known is not None:
+            # Each phrase's count, mostly from the cache (no statement but the
+            # version check).  Their sum bounds the rows of the whole question.
+            async def count(key: Key) -> int:
+                return await matches((Phrase(key[1], prefix=key[2]),))
+
+            keyed = {p.text: (kind, p.text, p.prefix) for p in plan.phrases}
+            found = await known.counts(list(keyed.values()), count)
+            counts = {text: found[key] for text, key in keyed.items()}
+            everything = sum(counts.values())
+            if everything == 0:
+                return {}
+            common = max(counts.values()) > COMMON_ROWS
+        else:
+            everything = await matches(plan.phrases)
+            common = everything > COMMON_ROWS
         if everything <= wanted:
             # Every matching row fits in one answer, so each of the two
             # ranked lists would hold all of its rows and `fuse` would add
@@ -156,8 +177,11 @@ class SqliteFtsIndex:
             weight = max(1, plan.original_weight)
             return {int(r["seq"]): float(r["score"]) / weight for r in rows}
         pruned = Pruned(plan.originals, plan.expansions, False)
-        if everything > COMMON_ROWS:
-            counts = {p.text: await matches((p,)) for p in plan.phrases}
+        if common:
+            # Setting aside changes the ranking only when some phrase matches
+            # more than COMMON_ROWS rows: a phrase of no row adds nothing.
+            if counts is None:
+                counts = {p.text: await matches((p,)) for p in plan.phrases}
             pruned = prune(plan, counts)
         originals = await run(pruned.originals, pruned.require_all)
         if pruned.require_all and len(originals) < wanted:

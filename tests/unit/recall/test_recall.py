@@ -97,6 +97,14 @@ def test_prune_sets_aside_common_words_or_ands_them() -> None:
     assert [p.text for p in typo.originals] == ["db", "table"] and typo.require_all
 
 
+def test_prune_keeps_the_rarest_words_within_the_row_budget() -> None:
+    plan = plan_query("rename the db table column", DEFAULT_RANKING)
+    counts = {"rename": 900, "db": 300, "table": 800, "column": 700}
+    pruned = prune(plan, counts, limit=1000, budget=1800)
+    assert [p.text for p in pruned.originals] == ["db", "table", "column"]  # 300 + 700 + 800 (not 900 more), in the question's order
+    assert [p.text for p in prune(plan, counts, limit=1000, budget=100).originals] == ["db"]  # the rarest always
+
+
 def test_fuse_is_the_sum_a_repeated_query_would_give() -> None:
     assert fuse([(1, 2.0), (2, 1.0)], [(2, 4.0), (3, 8.0)], 4) == {1: 2.0, 2: 2.0, 3: 2.0}
 

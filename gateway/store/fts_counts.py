@@ -1,0 +1,74 @@
+"""How many rows each query phrase matches in a project's FTS5 index, kept
+between searches.
+
+Why: in a big project a search decides which phrases to set aside
+(`gateway.recall.search.prune`) from how many rows each one matches, and
+counting them took one FTS5 statement per phrase (plus one for the whole
+question): about a third of a 10k-entry recall.  Agents' questions share
+their words, so the counts are kept per process, per index table, and
+asked for again only for a phrase not seen since the index last changed.
+
+When the index changed: FTS5 rewrites its structure record (row 10 of the
+table's `_data` shadow table) on every committed change, a write counter in
+it included, so the record as bytes is the index's version.  One primary-key
+read per search checks it; a new version drops the table's counts.  Only a
+read-only snapshot may use the cache (`SqliteDriver.read`): inside a write
+transaction FTS5 holds changes not yet in that record.
+
+The table's row count is kept with its version too: a project of no more
+rows than a search wants is ranked in one statement without counting.
+A phrase's count is capped by the caller: only "at most this many, or more"
+is ever needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+MAX_TABLES = 256
+MAX_PHRASES_PER_TABLE = 50_000
+
+Key = tuple[str | None, str, bool]  # (kind filter, phrase text, prefix)
+
+
+class TableCounts:
+    """What is known of one version of one index table."""
+
+    def __init__(self, version: bytes) -> None:
+        self.version = version
+        self.rows = 0  # the rows the table holds
+        self.phrases: dict[Key, int] = {}
+
+    async def counts(self, keys: list[Key], count: Callable[[Key], Awaitable[int]]) -> dict[Key, int]:
+        """Each key's count, `count`ed only if not counted before."""
+        out: dict[Key, int] = {}
+        for key in keys:
+            n = self.phrases.get(key)
+            if n is None:
+                n = await count(key)
+                if len(self.phrases) >= MAX_PHRASES_PER_TABLE:
+                    self.phrases.clear()
+                self.phrases[key] = n
+            out[key] = n
+        return out
+
+
+class PhraseCounts:
+    """Per table, its `TableCounts`.  Owned by one driver, used from its event loop only."""
+
+    def __init__(self) -> None:
+        self._tables: dict[str, TableCounts] = {}
+
+    async def table(self, tx: Any, table: str) -> TableCounts:
+        """The table's counts, started afresh if the index changed since."""
+        row = await tx.one(f"SELECT block FROM {table}_data WHERE id = 10")
+        version = bytes(row["block"]) if row and row["block"] is not None else b""
+        known = self._tables.get(table)
+        if known is None or known.version != version:
+            if len(self._tables) >= MAX_TABLES:
+                self._tables.clear()
+            known = TableCounts(version)
+            size = await tx.one(f"SELECT COUNT(*) AS n FROM {table}_docsize")
+            known.rows = int(size["n"]) if size else 0
+            self._tables[table] = known
+        return known

@@ -1,0 +1,82 @@
+"""The SQLite driver's writer and the recall index's kept counts: what
+moved off the request path still happens."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from gateway.store import sqlite as sqlite_store
+from gateway.store.fts_counts import PhraseCounts
+from gateway.store.sqlite import SqliteDriver, SqliteTx
+
+
+async def _open(path: Path) -> SqliteDriver:
+    driver = SqliteDriver(str(path))
+    await driver.open()
+    await driver.write(lambda q: q.tx.run("CREATE TABLE IF NOT EXISTS t (n INTEGER)"))
+    return driver
+
+
+async def test_the_log_is_folded_into_the_database_in_the_background(tmp_path: Path) -> None:
+    """SQLite's own checkpoint is off on the writer; the driver's runs after
+    CHECKPOINT_EVERY commits, so the database file alone holds those rows."""
+    driver = await _open(tmp_path / "s.db")
+    try:
+        for n in range(sqlite_store.CHECKPOINT_EVERY + 1):
+            await driver.write(lambda q, n=n: q.tx.run("INSERT INTO t (n) VALUES (?)", n), durable=n % 2 == 0)
+        while driver._checkpointing is not None:
+            await asyncio.sleep(0.01)
+        shutil.copy(tmp_path / "s.db", tmp_path / "copy.db")  # the file without its log
+        conn = sqlite3.connect(tmp_path / "copy.db")
+        try:
+            assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] >= sqlite_store.CHECKPOINT_EVERY - 1
+        finally:
+            conn.close()
+    finally:
+        await driver.close()
+
+
+async def test_a_write_waits_for_another_connection_holding_the_lock(tmp_path: Path) -> None:
+    """The writer first tries BEGIN IMMEDIATE without waiting; when another
+    process holds the lock it waits for it on a worker thread, as before."""
+    driver = await _open(tmp_path / "s.db")
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None, check_same_thread=False)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.3, lambda: other.execute("COMMIT"))
+        release.start()
+        await driver.write(lambda q: q.tx.run("INSERT INTO t (n) VALUES (1)"))
+        release.join()
+        assert await driver.read(lambda q: q.tx.one("SELECT COUNT(*) AS c FROM t")) == {"c": 1}
+    finally:
+        other.close()
+        await driver.close()
+
+
+async def test_kept_phrase_counts_are_counted_again_after_the_index_changes(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "f.db", isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    conn.execute("CREATE VIRTUAL TABLE f USING fts5(a, content='', tokenize='porter unicode61 remove_diacritics 2')")
+    conn.execute("INSERT INTO f (rowid, a) VALUES (1, 'deploy logs')")
+    tx, cache, asked = SqliteTx(conn), PhraseCounts(), []
+
+    async def count(key: Any) -> int:
+        asked.append(key[1])
+        return int(conn.execute("SELECT COUNT(*) FROM f WHERE f MATCH ?", (f'"{key[1]}"',)).fetchone()[0])
+
+    key = (None, "deploy", False)
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
+    assert asked == ["deploy"]  # the second time from the cache
+    conn.execute("INSERT INTO f (rowid, a) VALUES (2, 'deploy again')")
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 2}
+    conn.execute("INSERT INTO f (f, rowid, a) VALUES ('delete', 2, 'deploy again')")
+    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
+    assert asked == ["deploy"] * 3
+    assert (await cache.table(tx, "f")).rows == 1
+    conn.close()
