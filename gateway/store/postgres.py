@@ -48,6 +48,7 @@ from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 from gateway.core.errors import Conflict, Unavailable
 from gateway.store.base import T, Unit
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
+from gateway.store import search_postgres
 
 log = logging.getLogger("relayroom.store")
 
@@ -261,6 +262,9 @@ class PostgresDriver:
                     for sql in statements:
                         await conn.execute(expand(sql, self.dialect))
                     await self._meta_set(conn, "schema_version", str(version))
+                # The recall index's text search configuration, and its
+                # tables rebuilt when they were built another way.
+                await search_postgres.install(PostgresTx(conn))
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
 
