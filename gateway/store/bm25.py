@@ -91,21 +91,25 @@ class Row:
     expires_at: float | None = None
 
 
-def frequency(term: Term, row: Row, weights: Mapping[str, float]) -> float:
-    """Sum of the column weights of the term's instances in the row."""
+def instances(term: Term, row: Row, weights: Mapping[str, float]) -> tuple[int, float]:
+    """How many times the term is in the row, and the sum of the column
+    weights of those instances (FTS5's phrase frequency)."""
     first = row.positions.get(term.lexemes[0])
     if not first:
-        return 0.0
+        return 0, 0.0
+    if len(term.lexemes) == 1 and term.column is None:
+        return len(first), sum(weights.get(column, 1.0) for column in first.values())
     rest = [row.positions.get(lex) for lex in term.lexemes[1:]]
     if any(not r for r in rest):
-        return 0.0
-    total = 0.0
+        return 0, 0.0
+    count, total = 0, 0.0
     for position, column in first.items():
         if term.column is not None and column != term.column:
             continue
         if all((r or {}).get(position + i + 1) == column for i, r in enumerate(rest)):
+            count += 1
             total += weights.get(column, 1.0)
-    return total
+    return count, total
 
 
 def idf(rows: float, hits: float) -> float:
@@ -114,22 +118,25 @@ def idf(rows: float, hits: float) -> float:
 
 
 def scores(
-    terms: Sequence[Term], rows: Iterable[Row], table_rows: int, table_tokens: int,
-    weights: Mapping[str, float], hits: Mapping[Term, int],
+    terms: Sequence[Term], rows: Iterable[Row], frequencies: Mapping[int, Mapping[Term, float]],
+    table_rows: int, table_tokens: int, hits: Mapping[Term, int],
 ) -> dict[int, float]:
     """FTS5's bm25 of each row (those the MATCH found: a row held only in a
     column of weight 0 scores 0 and is still found), positive (FTS5 returns
     it negated), summed over `terms` in their order (a term twice counts
-    twice, as a phrase repeated in a MATCH does).  `hits`: the rows of the
+    twice, as a phrase repeated in a MATCH does).  `frequencies`: each row's
+    weighted frequency of each term (`instances`); `hits`: the rows of the
     whole table holding each term."""
     avgdl = table_tokens / table_rows if table_rows else 1.0
     term_idf = [idf(table_rows, hits.get(t, 0)) for t in terms]
     out: dict[int, float] = {}
     for row in rows:
+        held = frequencies[row.seq]
+        norm = K1 * (1 - B + B * row.length / avgdl)
         score = 0.0
         for term, weight in zip(terms, term_idf):
-            f = frequency(term, row, weights)
+            f = held.get(term, 0.0)
             # FTS5's very expression, so that ties stay ties to the last bit.
-            score += weight * ((f * (K1 + 1.0)) / (f + K1 * (1 - B + B * row.length / avgdl)))
+            score += weight * ((f * (K1 + 1.0)) / (f + norm))
         out[row.seq] = score
     return out

@@ -538,28 +538,40 @@ def exact_ranking(
     pairs = list(zip(plan.phrases, terms))
     originals = [t for p, t in pairs if not p.expansion and t is not None]
     expansions = [t for p, t in pairs if p.expansion and t is not None]
-    scoped = [r for r in rows if kind is None or r.kind == kind]
-    hits: dict[bm25.Term, int] = {}
-    for term in {*originals, *expansions}:
-        hits[term] = sum(1 for r in rows if bm25.frequency(term, r, {}) > 0)
     head = [kind_term] if kind_term is not None else []
+    # Each row's instances of each term, counted once: which rows hold a
+    # term (its IDF, and the MATCH), and its weighted frequency.
+    held: dict[int, set[bm25.Term]] = {}
+    frequencies: dict[int, dict[bm25.Term, float]] = {}
+    hits: dict[bm25.Term, int] = {}
+    for row in rows:
+        mine: set[bm25.Term] = set()
+        weighted: dict[bm25.Term, float] = {}
+        for term in {*originals, *expansions, *head}:
+            count, f = bm25.instances(term, row, weights)
+            if count:
+                mine.add(term)
+                weighted[term] = f
+                hits[term] = hits.get(term, 0) + 1
+        held[row.seq], frequencies[row.seq] = mine, weighted
     if kind_term is not None:
-        hits[kind_term] = kind_rows
+        hits[kind_term] = kind_rows  # the kind column's rows, matching or not
+    scoped = [r for r in rows if kind is None or r.kind == kind]
 
-    def ranked(phrase_terms: list[bm25.Term], repeat: int, limit: int | None) -> list[tuple[int, float]]:
-        chosen = head + [t for t in phrase_terms for _ in range(repeat)] if repeat > 1 else head + phrase_terms
-        holding = [r for r in scoped if any(bm25.frequency(t, r, {}) > 0 for t in phrase_terms)]
-        found = bm25.scores(chosen, holding, table_rows, table_tokens, weights, hits)
-        best = sorted(found.items(), key=lambda item: (-item[1], item[0]))
-        return best if limit is None else best[:limit]
+    def ranked(phrase_terms: list[bm25.Term], limit: int) -> list[tuple[int, float]]:
+        wanted_terms = set(phrase_terms)
+        holding = [r for r in scoped if held[r.seq] & wanted_terms]
+        found = bm25.scores(head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
+        return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
 
-    everything = [r for r in scoped if any(bm25.frequency(t, r, {}) > 0 for t in originals + expansions)]
+    every = set(originals) | set(expansions)
+    everything = [r for r in scoped if held[r.seq] & every]
     if len(everything) <= wanted:
         whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
-        found = bm25.scores(whole, everything, table_rows, table_tokens, weights, hits)
+        found = bm25.scores(whole, everything, frequencies, table_rows, table_tokens, hits)
         best = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:wanted]
         return [(seq, score / weight) for seq, score in best]
-    fused = fuse(ranked(originals, 1, wanted), ranked(expansions, 1, wanted) if expansions else [], weight)
+    fused = fuse(ranked(originals, wanted), ranked(expansions, wanted) if expansions else [], weight)
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 

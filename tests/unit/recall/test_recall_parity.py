@@ -121,7 +121,7 @@ async def test_both_stores_rank_and_recall_the_evaluation_set_alike(sides: tuple
     assert asked > 1000
     assert not differ, f"{len(differ)} of {asked} searches differ, first: {differ[:3]}"
     if lite.hub.recall.semantic is None:
-        pytest.skip("lexical only: with RELAYROOM_TEST_SEMANTIC_MODEL=DIR the fused recall is compared too")
+        return  # lexical only (pooled, or no RELAYROOM_TEST_SEMANTIC_MODEL): the fused recall is not compared
     for query in queries:
         a = await lite.recall(query.project, query.text)
         b = await pg.recall(query.project, query.text)
