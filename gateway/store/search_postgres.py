@@ -216,12 +216,17 @@ class TableStats:
 _clock = time.monotonic
 _stats: dict[tuple[str, str], tuple[float, TableStats]] = {}
 _stems: dict[tuple[str, str], tuple[str, ...]] = {}
+# Tables found past CANDIDATE_ROWS while their statistics said otherwise (a
+# big table never analyzed has reltuples -1), by the statistics' token: not
+# tried the exact way again until an ANALYZE changes the token.
+_big: dict[tuple[str, str], str] = {}
 
 
 def forget() -> None:
     """Drop every cached statistic and stem (tests; nothing else needs to)."""
     _stats.clear()
     _stems.clear()
+    _big.clear()
 
 
 def _remember(cache: dict[Any, Any], key: Any, value: Any, most: int) -> None:
@@ -625,10 +630,13 @@ class PostgresFtsIndex:
         wanted = max(limit, min(ranking.candidates, limit * 3))
         phrases = tuple(p for p in plan.phrases if lexeme(p.text, p.prefix) is not None)
         stats, current = await _table_stats(self.tx, ranked.name)
-        if stats.rows <= CANDIDATE_ROWS and not any(p.prefix for p in phrases):
+        key = (getattr(self.tx, "cache_key", None) or "", ranked.name)
+        if stats.rows <= CANDIDATE_ROWS and not any(p.prefix for p in phrases) and _big.get(key) != stats.token:
             exact = await self._exact(ranked.name, plan, phrases, ranking, kind, limit, wanted, now)
             if exact is not None:
                 return rerank(exact, plan, ranking, limit)
+            if getattr(self.tx, "cache_key", None) is not None:
+                _remember(_big, key, stats.token, STATS_TABLES)
         candidates = await self._candidates(ranked, phrases, stats, None if current else stats.token, wanted)
         if candidates is None:  # the cached statistics are out of date: read them, start over
             stats, _ = await _table_stats(self.tx, ranked.name, cached=False)
