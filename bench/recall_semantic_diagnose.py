@@ -22,7 +22,12 @@ here comes from the same inputs as that script's tables, in a second.
   wrote the synonym table) against the 204 written later.
 - variants tried and not kept: candidate pools of other sizes, min-max and
   z-score scaling, reciprocal rank fusion, a kind-hint boost on the
-  semantic side.
+  semantic side, and other per-question weights (without the lexical
+  margin; with the share of the question's IDF the best lexical hit holds),
+  each the best of a small grid on dev.
+- paired: on how many questions the rule beats a fixed a=0.3 and loses to
+  it, the difference with a bootstrap 95% interval, and the ceiling of any
+  per-question weight (the best of 21 weights, question by question).
 
 `--failures dev|test` prints each question whose best answer the rule does
 not put first: what it wanted, where each side ranked it, each side's first
@@ -33,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import pickle
+import random
 import statistics
 import sys
 from dataclasses import replace
@@ -45,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.recall_quality import K, load, reciprocal_rank  # noqa: E402
 from bench.recall_semantic import Observed, rank_cosine, rank_fused, rank_lexical  # noqa: E402
 from gateway.recall import fusion, stages  # noqa: E402
-from gateway.recall.search import hinted_kinds  # noqa: E402
+from gateway.recall.search import hinted_kinds, terms, words  # noqa: E402
 
 FIRST_PROJECTS = {"codex", "backstage", "httpx", "datasette", "uv", "warehouse"}  # the first 150 entries
 Ranker = Callable[[Observed], list[str]]
@@ -114,6 +121,49 @@ def variant(
                 sem *= 1.0 + kind_boost
             fused[name] = a * lex + (1 - a) * sem
     return [name for name, _ in sorted(fused.items(), key=lambda item: (-item[1], item[0]))[:K]]
+
+
+def idf_share(o: Observed) -> float:
+    """Share of the question's IDF (over the project's entries) that the best
+    lexical hit holds: how well matched the words are, not only how far ahead."""
+    def idf(word: str) -> float:
+        held = o.df.get(word, 0)
+        return math.log(1 + (o.n - held + 0.5) / (held + 0.5))
+
+    if not o.lexical:
+        return 0.0
+    asked = terms(o.query.text)
+    held = set(words(o.lexical[0][2]))
+    return sum(idf(t) for t in asked if t in held) / (sum(idf(t) for t in asked) or 1.0)
+
+
+def weighted(weight: Callable[[Observed, fusion.Readings], float]) -> Ranker:
+    """The rule's fusion with another per-question weight (the rare-token floor kept)."""
+    def ranker(o: Observed) -> list[str]:
+        lexical = o.lexical[: stages.CANDIDATES]
+        top = sorted(o.cosine.values(), reverse=True)[:2]
+        r = fusion.read(o.query.text, lexical[0][2] if lexical else None, [s for _, s, _ in lexical[:2]], top, o.df)
+        a = weight(o, r)
+        a = max(a, fusion.DEFAULT_RULE.rare_weight) if r.rare_match else a
+        return rank_fused(o, fusion.DEFAULT_RULE, fixed=max(0.0, min(1.0, a)))[0]
+    return ranker
+
+
+def paired(observed: Sequence[Observed]) -> dict[str, float]:
+    chosen = [o for o in observed if o.query.relevant]
+    by_rule = [reciprocal_rank(rule(o), o.query) for o in chosen]
+    by_fixed = [reciprocal_rank(fixed(0.3)(o), o.query) for o in chosen]
+    ceiling = [max(reciprocal_rank(fixed(w / 20)(o), o.query) for w in range(21)) for o in chosen]
+    diff = [a - b for a, b in zip(by_rule, by_fixed)]
+    rng = random.Random(1)
+    means = sorted(sum(diff[rng.randrange(len(diff))] for _ in diff) / len(diff) for _ in range(2000))
+    return {"better": sum(d > 0 for d in diff), "worse": sum(d < 0 for d in diff), "diff": sum(diff) / len(diff),
+            "low": means[50], "high": means[1949], "ceiling": sum(ceiling) / len(ceiling)}
+
+
+def _separation_in_spreads(o: Observed) -> float:
+    best = sorted(o.cosine.values(), reverse=True)[: stages.CANDIDATES]
+    return (best[0] - best[1]) / (statistics.pstdev(best) or 1.0) if len(best) > 1 else 0.0
 
 
 def owners() -> tuple[dict[str, str], dict[str, str]]:
@@ -249,6 +299,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {mode} | {name} | {a['questions']} | {a['same_first']} | {a['same_first_right']} | "
                   f"{a['one_side_right']} | {a['rule_right']} | {a['fixed_0.3_right']} | {a['rule_and_fixed_differ']} |")
 
+    print("\n### Paired: the rule against a fixed a=0.3, question by question\n")
+    print("| index | split | rule better | rule worse | MRR@10 difference | bootstrap 95% | per-question weight ceiling |")
+    print("|---|---|---:|---:|---:|---|---:|")
+    for mode in modes:
+        for name in ("dev", "test"):
+            p = paired(split(observed[mode], name))
+            print(f"| {mode} | {name} | {p['better']} | {p['worse']} | {p['diff']:+.3f} | [{p['low']:+.3f}, {p['high']:+.3f}] "
+                  f"| {p['ceiling']:.3f} |")
+
     print("\n### Pooled misses\n")
     print("| split | questions | rule misses the first place | another project's entry first | MRR@10 "
           "| MRR@10, other projects struck out | per-project index MRR@10 |")
@@ -287,6 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     tried.append(("reciprocal rank fusion, k=60, a=0.5", lambda o: variant(o, rrf=60, weight=0.5)))
     tried.append(("reciprocal rank fusion, k=10, a=0.3", lambda o: variant(o, rrf=10, weight=0.3)))
     tried.append(("rule + kind hint x1.25 on the semantic side", lambda o: variant(o, kinds=kind, kind_boost=0.25)))
+    # Other per-question weights, each the best of a small grid on SQLite's dev questions (both indexes):
+    tried.append(("a = 0.45 - 3 * separation (no lexical margin)", weighted(lambda o, r: 0.45 - 3 * r.separation)))
+    tried.append(("a = 0.4 + 0.3 * IDF share - 3 * separation",
+                  weighted(lambda o, r: 0.4 + 0.3 * idf_share(o) - 3 * r.separation)))
+    tried.append(("a = 0.4 + 2 * margin * IDF share - 2 * separation",
+                  weighted(lambda o, r: 0.4 + 2 * r.lexical_margin * idf_share(o) - 2 * r.separation)))
+    tried.append(("a = 0.4 - 0.1 * separation / spread of the top 30 cosines",
+                  weighted(lambda o, r: 0.4 - 0.1 * _separation_in_spreads(o))))
     for title, ranker in tried:
         cells = [f"{mrr(split(observed[m], s), ranker):.3f}" for m in modes for s in ("dev", "test")]
         print(f"| {title} | " + " | ".join(cells) + " |")

@@ -51,6 +51,7 @@ from gateway.core.errors import Conflict, GatewayError, Unavailable
 from gateway.store.base import T, Unit
 from gateway.store.pg_connections import Connections
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
+from gateway.store import search_postgres
 
 log = logging.getLogger("relayroom.store")
 
@@ -262,6 +263,9 @@ class PostgresDriver:
                     for sql in statements:
                         await conn.execute(expand(sql, self.dialect))
                     await self._meta_set(conn, "schema_version", str(version))
+                # The recall index's text search configuration, and its
+                # tables rebuilt when they were built another way.
+                await search_postgres.install(PostgresTx(conn))
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
 

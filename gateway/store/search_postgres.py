@@ -76,10 +76,20 @@ from gateway.recall.search import (
     Ranking,
     identifier_parts,
     plan_query,
+    fuse,
     rerank,
 )
+from gateway.store import bm25
 
-CONFIG = "english"
+# FTS5's tokens and porter stems, no stop words (gateway.store.bm25): the
+# same words match on both stores.
+CONFIG = bm25.CONFIG
+# A row's length in tokens, kept beside its vector for BM25 (a generated
+# column: every writer of the table, the benches' bulk loaders too, gets it).
+TOKENS_FUNCTION = "relayroom_tsv_tokens"
+# What the index tables of a database were built with: a database whose meta
+# row says otherwise has them rebuilt by `install` (under the migration lock).
+INDEX_VERSION = "bm25-porter-1"
 # Length normalisation 1 divides the rank by 1 + log(length): a long
 # evidence text does not outrank a precise statement.
 # ts_rank rather than ts_rank_cd: on bench/recall_quality.py it ranks better
@@ -113,7 +123,10 @@ def table(project_id: int) -> str:
 def lexeme(text: str, prefix: bool) -> str | None:
     """One phrase as tsquery input: a quoted lexeme (quote doubled, backslash
     escaped), so operators, colons and parentheses in it are plain text.
-    None for an empty phrase, the one input tsquery would refuse."""
+    The text is cut into FTS5's tokens first, as the documents were
+    (`bm25.document`); None when no word is left, the one input tsquery
+    would refuse."""
+    text = bm25.document(text)
     if not text:
         return None
     quoted = "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
@@ -203,12 +216,17 @@ class TableStats:
 _clock = time.monotonic
 _stats: dict[tuple[str, str], tuple[float, TableStats]] = {}
 _stems: dict[tuple[str, str], tuple[str, ...]] = {}
+# Tables found past CANDIDATE_ROWS while their statistics said otherwise (a
+# big table never analyzed has reltuples -1), by the statistics' token: not
+# tried the exact way again until an ANALYZE changes the token.
+_big: dict[tuple[str, str], str] = {}
 
 
 def forget() -> None:
     """Drop every cached statistic and stem (tests; nothing else needs to)."""
     _stats.clear()
     _stems.clear()
+    _big.clear()
 
 
 def _remember(cache: dict[Any, Any], key: Any, value: Any, most: int) -> None:
@@ -257,7 +275,7 @@ async def _lexemes(tx: Any, texts: Sequence[str], name: str) -> tuple[dict[str, 
     if not missing:
         return found, None
     token = None
-    for row in await tx.all(STEMS_SQL, name, missing):
+    for row in await tx.all(STEMS_SQL, name, [bm25.document(text) for text in missing]):
         lexemes = tuple(row["lexemes"] or ())
         text = missing[int(row["i"]) - 1]
         found[text] = lexemes
@@ -408,6 +426,160 @@ class _Ranked:
         return found, next((str(r["token"]) for r in rows if r["seq"] is None), None) if token else None
 
 
+def _columns(statement: str, evidence: str | None, kind: str) -> tuple[str, str, str, str]:
+    """The four texts of an entry's vector (statement, evidence, kind,
+    identifier parts), cut into FTS5's tokens: the one place that computes them."""
+    evidence = evidence or ""
+    return (
+        bm25.document(statement),
+        bm25.document(evidence),
+        kind,
+        bm25.document(identifier_parts(f"{statement} {evidence}")),
+    )
+
+
+INSTALL_SQL = (
+    f"CREATE OR REPLACE FUNCTION {TOKENS_FUNCTION}(v tsvector) RETURNS INTEGER LANGUAGE sql IMMUTABLE PARALLEL SAFE "
+    "AS 'SELECT CAST(COALESCE(SUM(CARDINALITY(u.positions)), 0) AS INTEGER) FROM unnest(v) u'",
+)
+
+
+async def install(tx: Any) -> None:
+    """Make the database's recall index what this module expects: the text
+    search configuration, and every project's table built with it.  Run by
+    the driver after the schema's migrations, in their transaction and under
+    their lock; a database already at `INDEX_VERSION` is left alone.  Older
+    tables (the `english` configuration, ts_rank) are rebuilt from the
+    trusted entries, so an upgrade changes the ranking, never the entries."""
+    row = await tx.one("SELECT value FROM meta WHERE key = 'recall_index'")
+    if row is not None and row["value"] == INDEX_VERSION:
+        return
+    for sql in INSTALL_SQL:
+        await tx.run(sql)
+    if await tx.one("SELECT 1 AS x FROM pg_ts_config WHERE cfgname = ?", CONFIG) is None:
+        for sql in bm25.CONFIG_SQL:
+            await tx.run(sql)
+    index = PostgresFtsIndex(tx)
+    for project in await tx.all("SELECT id FROM projects ORDER BY id"):
+        project_id = int(project["id"])
+        await tx.run(f"DROP TABLE IF EXISTS {table(project_id)}")
+        await index.create_project(project_id)
+        rows = await tx.all(
+            "SELECT seq, project_id, kind, statement, evidence, expires_at FROM entries "
+            "WHERE project_id = ? AND state = 'trusted' ORDER BY seq",
+            project_id,
+        )
+        await tx.run_many(
+            f"INSERT INTO {table(project_id)} (seq, kind, expires_at, tsv) VALUES (?, ?, ?, {VECTOR})",
+            [(r["seq"], r["kind"], r["expires_at"], *_columns(r["statement"], r["evidence"], r["kind"])) for r in rows],
+        )
+    await tx.run(
+        "INSERT INTO meta(key, value) VALUES ('recall_index', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        INDEX_VERSION,
+    )
+
+
+# One statement: the stems of the query's words, the table's size (bounded:
+# a table past CANDIDATE_ROWS is ranked the other way, and the gate keeps its
+# rows unread), and, for every row holding one of the query's phrases, where
+# the query's lexemes stand in it.
+EXACT_SQL = (
+    f"WITH words AS MATERIALIZED (SELECT u.i AS i, tsvector_to_array(to_tsvector('{CONFIG}', u.w)) AS lexemes "
+    "FROM unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS u(w, i)), "
+    f"q AS MATERIALIZED (SELECT to_tsquery('{CONFIG}', ?) AS q, ARRAY(SELECT DISTINCT unnest(w.lexemes) FROM words w) AS lex), "
+    "size AS MATERIALIZED (SELECT COUNT(*) AS n, COALESCE(SUM(s.len), 0) AS total, "
+    "COUNT(*) FILTER (WHERE s.kind = ?) AS kinds FROM (SELECT r.len, r.kind FROM {name} r LIMIT {most}) s) "
+    "SELECT r.seq AS seq, r.kind AS kind, r.expires_at AS expires_at, r.len AS len, "
+    "ARRAY_AGG(u.lexeme) AS lexemes, ARRAY_AGG(ARRAY_TO_STRING(u.positions, ' ')) AS positions, "
+    "ARRAY_AGG(ARRAY_TO_STRING(u.weights, '')) AS columns, CAST(NULL AS BIGINT) AS n, CAST(NULL AS BIGINT) AS total, "
+    "CAST(NULL AS BIGINT) AS kinds, CAST(NULL AS BIGINT) AS i "
+    "FROM q, {name} r, unnest(r.tsv) u "
+    "WHERE (SELECT n FROM size) <= {rows} AND r.tsv @@ q.q AND u.lexeme = ANY(q.lex) GROUP BY r.seq "
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, size.n, size.total, size.kinds, NULL FROM size "
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, w.lexemes, NULL, NULL, NULL, NULL, NULL, w.i FROM words w"
+)
+
+
+def _terms(phrases: Sequence[Phrase], stems: dict[str, tuple[str, ...]]) -> list[bm25.Term | None]:
+    """Each phrase as a BM25 term (None: a token of it has no stem, so it
+    matches nothing)."""
+    out: list[bm25.Term | None] = []
+    for phrase in phrases:
+        lexemes: list[str] = []
+        for token in bm25.tokens(phrase.text):
+            lexemes.extend(stems.get(token, ()))
+        out.append(bm25.Term(tuple(lexemes)) if lexemes else None)
+    return out
+
+
+def _row(record: dict[str, Any]) -> bm25.Row:
+    positions: dict[str, dict[int, str]] = {}
+    for lexeme, where, columns in zip(record["lexemes"], record["positions"], record["columns"]):
+        positions[lexeme] = dict(zip((int(p) for p in where.split()), columns))
+    expires = record["expires_at"]
+    return bm25.Row(int(record["seq"]), str(record["kind"]), int(record["len"] or 0), positions,
+                    None if expires is None else float(expires))
+
+
+def exact_ranking(
+    plan: QueryPlan,
+    terms: Sequence[bm25.Term | None],
+    kind: str | None,
+    kind_term: bm25.Term | None,
+    rows: Sequence[bm25.Row],
+    table_rows: int,
+    table_tokens: int,
+    kind_rows: int,
+    weights: dict[str, float],
+    wanted: int,
+) -> list[tuple[int, float]]:
+    """What `SqliteFtsIndex._ranked` returns on the same rows, best first:
+    FTS5's bm25 of the query's phrases (a `kind` filter is one phrase more,
+    on the kind column), the agent's words weighing `original_weight` times
+    their synonyms; one ranking over every match when they fit in `wanted`,
+    else the best `wanted` of the agent's words and of the synonyms apart,
+    fused (`gateway.recall.search.fuse`)."""
+    weight = max(1, plan.original_weight)
+    pairs = list(zip(plan.phrases, terms))
+    originals = [t for p, t in pairs if not p.expansion and t is not None]
+    expansions = [t for p, t in pairs if p.expansion and t is not None]
+    head = [kind_term] if kind_term is not None else []
+    # Each row's instances of each term, counted once: which rows hold a
+    # term (its IDF, and the MATCH), and its weighted frequency.
+    held: dict[int, set[bm25.Term]] = {}
+    frequencies: dict[int, dict[bm25.Term, float]] = {}
+    hits: dict[bm25.Term, int] = {}
+    for row in rows:
+        mine: set[bm25.Term] = set()
+        weighted: dict[bm25.Term, float] = {}
+        for term in {*originals, *expansions, *head}:
+            count, f = bm25.instances(term, row, weights)
+            if count:
+                mine.add(term)
+                weighted[term] = f
+                hits[term] = hits.get(term, 0) + 1
+        held[row.seq], frequencies[row.seq] = mine, weighted
+    if kind_term is not None:
+        hits[kind_term] = kind_rows  # the kind column's rows, matching or not
+    scoped = [r for r in rows if kind is None or r.kind == kind]
+
+    def ranked(phrase_terms: list[bm25.Term], limit: int) -> list[tuple[int, float]]:
+        wanted_terms = set(phrase_terms)
+        holding = [r for r in scoped if held[r.seq] & wanted_terms]
+        found = bm25.scores(head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
+        return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+    every = set(originals) | set(expansions)
+    everything = [r for r in scoped if held[r.seq] & every]
+    if len(everything) <= wanted:
+        whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
+        found = bm25.scores(whole, everything, frequencies, table_rows, table_tokens, hits)
+        best = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:wanted]
+        return [(seq, score / weight) for seq, score in best]
+    fused = fuse(ranked(originals, wanted), ranked(expansions, wanted) if expansions else [], weight)
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
 class PostgresFtsIndex:
     def __init__(self, tx: Any) -> None:
         self.tx = tx
@@ -418,7 +590,8 @@ class PostgresFtsIndex:
         # it is trusted), so a search reads this table alone.
         await self.tx.run(
             f"CREATE TABLE IF NOT EXISTS {name} "
-            "(seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, expires_at DOUBLE PRECISION, tsv tsvector NOT NULL)"
+            "(seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, expires_at DOUBLE PRECISION, tsv tsvector NOT NULL, "
+            f"len INTEGER GENERATED ALWAYS AS ({TOKENS_FUNCTION}(tsv)) STORED)"
         )
         await self.tx.run(f"CREATE INDEX IF NOT EXISTS {name}_tsv ON {name} USING gin (tsv)")
 
@@ -430,10 +603,7 @@ class PostgresFtsIndex:
             entry.seq,
             entry.kind,
             entry.expires_at,
-            entry.statement,
-            evidence,
-            entry.kind,
-            identifier_parts(f"{entry.statement} {evidence}"),
+            *_columns(entry.statement, entry.evidence, entry.kind),
         )
 
     async def remove(self, entry: Entry) -> None:
@@ -460,12 +630,59 @@ class PostgresFtsIndex:
         wanted = max(limit, min(ranking.candidates, limit * 3))
         phrases = tuple(p for p in plan.phrases if lexeme(p.text, p.prefix) is not None)
         stats, current = await _table_stats(self.tx, ranked.name)
+        key = (getattr(self.tx, "cache_key", None) or "", ranked.name)
+        if stats.rows <= CANDIDATE_ROWS and not any(p.prefix for p in phrases) and _big.get(key) != stats.token:
+            exact = await self._exact(ranked.name, plan, phrases, ranking, kind, limit, wanted, now)
+            if exact is not None:
+                return rerank(exact, plan, ranking, limit)
+            if getattr(self.tx, "cache_key", None) is not None:
+                _remember(_big, key, stats.token, STATS_TABLES)
         candidates = await self._candidates(ranked, phrases, stats, None if current else stats.token, wanted)
         if candidates is None:  # the cached statistics are out of date: read them, start over
             stats, _ = await _table_stats(self.tx, ranked.name, cached=False)
             candidates = await self._candidates(ranked, phrases, stats, None, wanted)
         assert candidates is not None
         return rerank(candidates, plan, ranking, limit)
+
+    async def _exact(
+        self, name: str, plan: QueryPlan, phrases: tuple[Phrase, ...], ranking: Ranking, kind: str | None,
+        limit: int, wanted: int, now: float,
+    ) -> list[Candidate] | None:
+        """A table of at most `CANDIDATE_ROWS` rows, ranked as SQLite ranks
+        it (FTS5's bm25, `exact_ranking`); None when the table is bigger than
+        its statistics said (it is then ranked by ts_rank, `_candidates`)."""
+        words = sorted({t for p in phrases for t in bm25.tokens(p.text)} | ({kind} if kind else set()))
+        query = " | ".join(q for q in (lexeme(p.text, False) for p in phrases) if q is not None)
+        sql = EXACT_SQL.format(name=name, most=CANDIDATE_ROWS + 1, rows=CANDIDATE_ROWS)
+        records = await self.tx.all(sql, [bm25.document(w) for w in words], query, kind)
+        size = next(r for r in records if r["seq"] is None and r["i"] is None)
+        if int(size["n"]) > CANDIDATE_ROWS:
+            return None
+        stems = {words[int(r["i"]) - 1]: tuple(r["lexemes"] or ()) for r in records if r["i"] is not None}
+        plan = replace(plan, phrases=phrases)
+        terms = _terms(phrases, stems)
+        kind_term = bm25.Term(stems[kind][:1], "C") if kind and stems.get(kind) else None
+        rows = [_row(r) for r in records if r["seq"] is not None]
+        if not rows:
+            return []
+        weights = dict(zip("DCBA", (float(w) for w in (
+            ranking.aliases_weight, ranking.kind_weight, ranking.evidence_weight, ranking.statement_weight))))
+        args = (plan, terms, kind, kind_term, rows, int(size["n"]), int(size["total"]), int(size["kinds"]), weights)
+        by_seq = {r.seq: r for r in rows}
+
+        def live(seq: int) -> bool:
+            expires = by_seq[seq].expires_at
+            return expires is None or expires > now
+
+        # As SQLite does: expired entries leave recall at once but the index
+        # only at the sweep; if they crowded the top, look further down once.
+        for attempt in range(2):
+            hits = exact_ranking(*args, wanted)
+            found = [(seq, score) for seq, score in hits if live(seq)]
+            if len(found) >= min(limit, len(hits)) or len(hits) < wanted or attempt:
+                break
+            wanted *= 8
+        return [Candidate(seq, score, by_seq[seq].kind) for seq, score in found]
 
     async def _candidates(
         self, ranked: _Ranked, phrases: tuple[Phrase, ...], stats: TableStats, expected: str | None, wanted: int

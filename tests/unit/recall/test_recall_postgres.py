@@ -85,8 +85,10 @@ def test_filling_rows_rank_below_every_row_that_holds_a_rare_word() -> None:
 
 def test_the_tsquery_of_many_phrases_is_one_quoted_parameter() -> None:
     phrases = _phrases(("it's", 4), ("a|b", 4), ("x", 1))
-    assert sp.tsquery_text(phrases) == "'it''s' | 'a|b' | 'x'"
-    assert sp.tsquery_text(phrases, "&") == "'it''s' & 'a|b' & 'x'"
+    # Each phrase is cut into FTS5's tokens (as the documents are): what is
+    # left is words, one quoted lexeme per phrase.
+    assert sp.tsquery_text(phrases) == "'it s' | 'a b' | 'x'"
+    assert sp.tsquery_text(phrases, "&") == "'it s' & 'a b' & 'x'"
 
 
 # -- through a real server ---------------------------------------------------------------
@@ -152,22 +154,43 @@ QUESTIONS = ["why do deploy logs drop a line at midnight?", "stdout", "service b
 
 
 @pytestmark_pg
-async def test_a_small_project_is_ranked_whole(hub: Hub, acme: ProjectTokens) -> None:
+async def test_a_small_project_is_ranked_whole_by_fts5s_bm25(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
+    """Every matching row, scored as SQLite scores it (that the scores are
+    SQLite's own is tests/unit/recall/test_recall_parity.py)."""
     project = await hub.accounts.project("acme")
     await _bulk(hub, project.id, sp.CANDIDATE_ROWS // 2)
-    await _trusted(hub, "acme", "pitfall", RARE)
+    rare = await _trusted(hub, "acme", "pitfall", RARE)
     await hub.driver.write(lambda q: q.tx.run(f"ANALYZE {sp.table(project.id)}"))
+    exact: list[Any] = []
+    real_exact = sp.PostgresFtsIndex._exact
+
+    async def spy(self: Any, *args: Any) -> Any:
+        exact.append(await real_exact(self, *args))
+        return exact[-1]
+
+    monkeypatch.setattr(sp.PostgresFtsIndex, "_exact", spy)
     for question in QUESTIONS:
         for kind in (None, "pitfall"):
-            assert await _search(hub, project.id, question, kind) == await _every_match(hub, project.id, question, kind, 10)
+            found = await _search(hub, project.id, question, kind)
+            assert exact[-1] is not None
+            assert [s for _, s in found] == sorted((s for _, s in found), reverse=True)
+            if kind is None:
+                assert bool(found) == (question != "nothing matches zzzq")
+    seq = (await hub.driver.read(lambda q: q.tx.one("SELECT seq FROM entries WHERE id = ?", rare)))["seq"]
+    assert (await _search(hub, project.id, QUESTIONS[0]))[0][0] == seq
 
 
 @pytestmark_pg
-async def test_a_big_project_without_statistics_is_ranked_whole(hub: Hub, acme: ProjectTokens) -> None:
+async def test_a_big_project_without_statistics_is_ranked_whole(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
     project = await hub.accounts.project("acme")
     await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3, analyze=False)
     for question in QUESTIONS:
         assert await _search(hub, project.id, question) == await _every_match(hub, project.id, question, None, 10)
+    # Its statistics say nothing of its size (reltuples -1): the first search
+    # tried it as a small table, found it big, and the next ones do not try.
+    sent = _count_round_trips(monkeypatch)
+    await _search(hub, project.id, "rotate logs")
+    assert sum(1 for sql in sent if "unnest(r.tsv)" in sql) == 0, sent
 
 
 @pytestmark_pg
@@ -416,3 +439,52 @@ async def test_cached_statistics_follow_the_table_as_it_grows(hub: Hub, acme: Pr
 async def _seq(hub: Hub, entry_id: str) -> int:
     row = await hub.driver.read(lambda q: q.tx.one("SELECT seq FROM entries WHERE id = ?", entry_id))
     return int(row["seq"])
+
+
+# -- an index built the old way is rebuilt at start ---------------------------------------
+
+
+async def test_an_index_of_the_old_layout_is_rebuilt_when_the_gateway_starts() -> None:
+    """A database whose recall tables were built with the `english`
+    configuration (no token counts, ts_rank) gets them rebuilt from the
+    trusted entries by the driver's migration step, once."""
+    from gateway.store.postgres import PostgresDriver
+    from tests.support.pg import fresh_database
+
+    with fresh_database() as url:
+        from gateway.core.clock import ManualClock
+        from gateway.core.config import Config
+
+        hub = Hub(Config.from_env({}, database_url=url, sweep_interval=0.0), clock=ManualClock(start=NOW))
+        await hub.start(background=False)
+        try:
+            project = await hub.accounts.create_project("acme")
+            rare = await _trusted(hub, "acme", "pitfall", "Never commit uv.lock by hand; run uv lock.")
+
+            async def old(q: Any) -> None:
+                name = sp.table(project.id)
+                await q.tx.run(f"DROP TABLE {name}")
+                await q.tx.run(f"CREATE TABLE {name} (seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, "
+                               "expires_at DOUBLE PRECISION, tsv tsvector NOT NULL)")
+                await q.tx.run(f"INSERT INTO {name} SELECT seq, kind, expires_at, to_tsvector('english', statement) "
+                               "FROM entries WHERE project_id = ?", project.id)
+                await q.tx.run("DELETE FROM meta WHERE key = 'recall_index'")
+
+            await hub.driver.write(old)
+        finally:
+            await hub.stop()
+        driver = PostgresDriver(url)
+        await driver.open()
+        try:
+            async def unit(q: Any) -> tuple[Any, Any, list[tuple[int, float]]]:
+                version = await q.tx.one("SELECT value FROM meta WHERE key = 'recall_index'")
+                row = await q.tx.one(f"SELECT len FROM {sp.table(project.id)}")
+                return version, row, await q.index.search(project.id, "uv lock", None, 5, NOW)
+
+            version, row, found = await driver.read(unit)
+            seq = await driver.read(lambda q: q.tx.one("SELECT seq FROM entries WHERE id = ?", rare))
+        finally:
+            await driver.close()
+    assert version["value"] == sp.INDEX_VERSION
+    assert row["len"] == 9 + 1  # the statement's tokens (uv.lock is two), and the kind
+    assert [s for s, _ in found] == [seq["seq"]]
