@@ -571,7 +571,16 @@ def exact_ranking(
 
     every = set(originals) | set(expansions)
     everything = [r for r in scoped if held[r.seq] & every]
-    if len(everything) <= wanted:
+    # SQLite's choice between one ranking and two: the whole table fits in
+    # one answer, or the phrases' own row counts (kind-scoped, summed: a
+    # bound on the rows of the question) do.
+    counted: dict[str, int] = {}
+    if table_rows > wanted:
+        for phrase, maybe in pairs:
+            counted[phrase.text] = sum(1 for r in scoped if maybe is not None and maybe in held[r.seq])
+        if not sum(counted.values()):
+            return []
+    if table_rows <= wanted or sum(counted.values()) <= wanted:
         whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
         found = bm25.scores(whole, everything, frequencies, table_rows, table_tokens, hits)
         best = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:wanted]
