@@ -211,4 +211,26 @@ def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
         max_request_body_size=API_BODY_LIMIT,
         transport_security=transport_security(hub.config.public_hosts),
     )
-    return ContractErrorBodies(app), server.session_manager
+    return ContractErrorBodies(endpoint_of(app, "/mcp")), server.session_manager
+
+
+def endpoint_of(sdk_app: Any, path: str) -> Any:
+    """The SDK app's `path` endpoint wrapped in the SDK app's own middleware
+    (the bearer check and the access-token context), without the Starlette
+    app around them.
+
+    The gateway's app already routes `/mcp`, catches errors and maps
+    exceptions; the SDK's app would do all three again on every call, a
+    second error middleware, exception middleware and router per tool call.
+    Taken from the SDK's app rather than rebuilt, so whatever it configures
+    (the verifier, the required scopes) is what runs."""
+    from starlette.routing import Route
+
+    routes = [r for r in sdk_app.routes if isinstance(r, Route) and r.path == path]
+    if len(routes) != 1:
+        raise RuntimeError(f"the MCP SDK's app has {len(routes)} routes at {path}, expected one")
+    endpoint = routes[0].app
+    for middleware in reversed(sdk_app.user_middleware):
+        cls, args, kwargs = middleware
+        endpoint = cls(endpoint, *args, **kwargs)
+    return endpoint

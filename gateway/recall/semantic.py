@@ -142,6 +142,33 @@ class ProjectVectors:
         return len(self.kinds)
 
 
+Nearest = tuple[dict[int, float], list[float], Any]
+
+
+def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int) -> Nearest:
+    """The k nearest rows' cosines (by seq), the top cosines best first, and every row's cosine."""
+    import numpy
+
+    similarity = vectors.matrix @ query_vector
+    if kind is not None:
+        similarity = numpy.where(numpy.array([c == kind for c in vectors.kinds]), similarity, -1.0)
+    k = min(k, len(similarity))
+    top = numpy.argpartition(-similarity, k - 1)[:k]
+    top = top[numpy.argsort(-similarity[top])]
+    cosine = {int(vectors.seqs[i]): float(similarity[i]) for i in top if similarity[i] > -1.0}
+    return cosine, [float(similarity[i]) for i in top[:2]], similarity
+
+
+@dataclass(frozen=True)
+class QueryVector:
+    """A query's vector and, when the project's matrix was cached, its
+    nearest rows in that matrix (`on`: the matrix they were computed on)."""
+
+    vector: Any
+    on: ProjectVectors | None = None
+    nearest: Nearest | None = None
+
+
 class SemanticStage:
     """The loaded model, the per-process caches and the fill job."""
 
@@ -171,6 +198,24 @@ class SemanticStage:
         """The query's vector, computed on a worker thread (agents repeat
         themselves: a small cache answers a repeated question at once)."""
         return await asyncio.to_thread(self._query_vector, text)
+
+    async def embed_and_rank(self, text: str, project_id: int, kind: str | None, k: int) -> QueryVector:
+        """The query's vector and its k nearest rows in the project's cached
+        matrix, in one trip to a worker thread.
+
+        The cosines follow the embedding on the same thread, while the event
+        loop reads the lexical candidates: no second hand-off to the pool
+        and back.  They are computed on the matrix cached now; `fused` uses
+        them only if the recall's own check of the vector rows keeps that
+        very matrix, and ranks again otherwise."""
+        return await asyncio.to_thread(self._embed_and_rank, text, project_id, kind, k)
+
+    def _embed_and_rank(self, text: str, project_id: int, kind: str | None, k: int) -> QueryVector:
+        vector = self._query_vector(text)
+        cached = self._projects.get(project_id)  # one dict lookup: safe beside the loop's own use
+        if cached is None:
+            return QueryVector(vector)
+        return QueryVector(vector, cached, nearest(cached, vector, kind, k))
 
     async def project_vectors(self, q: Any, project_id: int) -> ProjectVectors | None:
         """The project's matrix, read again only when its vector rows changed.

@@ -14,16 +14,18 @@ pair already counted writes nothing and spends nothing.
 
 The ranking (`gateway.recall.stages`) is lexical, or fused with the semantic
 stage when the hub handed one in (decided once, from the settings).  A fused
-recall computes the query's vector on a worker thread while a first read
-checks the budget and gathers the lexical candidates; a second read ranks
-them with the project's vectors, then the record is written.
+recall computes the query's vector, and its cosines over the project's cached
+vectors, on a worker thread while a first read checks the budget and gathers
+the lexical candidates; a second read checks that the cached vectors are
+still the project's and ranks the candidates with them, then the record is
+written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from gateway.core.clock import HOUR, Clock
 from gateway.core.errors import Invalid, NotFound, RateLimited
@@ -33,7 +35,7 @@ from gateway.knowledge.service import WriteLimits, over_budget
 from gateway.knowledge.model import Entry, Principal
 from gateway.recall import stages
 from gateway.recall.search import MAX_QUERY_CHARS
-from gateway.recall.semantic import SemanticStage, SemanticStatus
+from gateway.recall.semantic import QueryVector, SemanticStage, SemanticStatus
 from gateway.store.base import Driver, read_then_write
 from gateway.store.queries import Queries
 
@@ -108,14 +110,20 @@ class Recall:
 
     async def _embed_while_searching(
         self, stage: SemanticStage, principal: Principal, query: str, kind: str | None, limit: int, now: float
-    ) -> tuple[Any, list[tuple[Entry, float]]]:
-        """The query's vector (on a worker thread) and the lexical candidates
-        (a read of the store, budget checked first), at the same time: the
-        model is most of a fused recall's time.  A caller refused for its
-        budget is remembered for a minute, so that a client hammering past
-        its budget does not make the model run for each refusal."""
+    ) -> tuple[QueryVector, list[tuple[Entry, float]]]:
+        """The query's vector and its nearest rows in the project's cached
+        matrix (on a worker thread) and the lexical candidates (a read of the
+        store, budget checked first), at the same time: the model is most of
+        a fused recall's time.  A caller refused for its budget is remembered
+        for a minute, so that a client hammering past its budget does not
+        make the model run for each refusal."""
         key = (principal.project.id, principal.name)
-        embedding = asyncio.ensure_future(stage.embed_query(query)) if self._refused.get(key, 0.0) <= now else None
+        project_id = principal.project.id
+
+        def embed() -> Awaitable[QueryVector]:
+            return stage.embed_and_rank(query, project_id, kind, stages.CANDIDATES)
+
+        embedding = asyncio.ensure_future(embed()) if self._refused.get(key, 0.0) <= now else None
 
         async def lexical(q: Queries) -> list[tuple[Entry, float]]:
             await self._within_budget(q, principal, now, lock=False)
@@ -132,7 +140,7 @@ class Recall:
                 self._refused[key] = now + 60.0
             raise
         self._refused.pop(key, None)
-        vector = await (embedding if embedding is not None else stage.embed_query(query))
+        vector = await (embedding if embedding is not None else embed())
         return vector, candidates
 
     async def used(self, principal: Principal, recall_id: Any, entry_id: Any) -> bool:

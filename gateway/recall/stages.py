@@ -3,7 +3,8 @@
 `lexical`: the full-text index alone (the plain install), its scores made
 readable by `fusion.lexical_relevance`.  `fused`: the index's candidates and
 the project's nearest vectors, fused by `fusion.fuse`.  The query's vector
-is computed before the transaction, on a worker thread (`SemanticStage.embed_query`).
+(and its cosines over the cached matrix) is computed before the transaction,
+on a worker thread (`SemanticStage.embed_and_rank`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 from gateway.knowledge.model import Entry
 from gateway.recall import fusion
-from gateway.recall.semantic import SemanticStage
+from gateway.recall.semantic import QueryVector, SemanticStage, nearest
 
 CANDIDATES = 30  # from each side, before fusion picks the `limit` best
 
@@ -35,45 +36,41 @@ def _calibrated(query: str, hits: list[tuple[Entry, float]]) -> list[tuple[Entry
     return [(by_seq[seq], score) for seq, score in ranked]
 
 
-def _nearest(vectors: Any, query_vector: Any, kind: str | None, k: int) -> tuple[dict[int, float], list[float], Any]:
-    """The k nearest rows' cosines (by seq), the top cosines best first, and every row's cosine."""
-    import numpy
-
-    similarity = vectors.matrix @ query_vector
-    if kind is not None:
-        similarity = numpy.where(numpy.array([c == kind for c in vectors.kinds]), similarity, -1.0)
-    k = min(k, len(similarity))
-    top = numpy.argpartition(-similarity, k - 1)[:k]
-    top = top[numpy.argsort(-similarity[top])]
-    cosine = {int(vectors.seqs[i]): float(similarity[i]) for i in top if similarity[i] > -1.0}
-    return cosine, [float(similarity[i]) for i in top[:2]], similarity
+# The bench and older callers name it here.
+_nearest = nearest
 
 
 async def fused(
     q: Any,
     stage: SemanticStage,
-    query_vector: Any,
+    query: QueryVector,
     hits: list[tuple[Entry, float]],
     project_id: int,
-    query: str,
+    text: str,
     kind: str | None,
     limit: int,
     now: float,
     rule: fusion.FusionRule = fusion.DEFAULT_RULE,
 ) -> list[tuple[Entry, float]]:
-    """`hits`: the lexical stage's best `max(limit, CANDIDATES)`, read just before."""
+    """`hits`: the lexical stage's best `max(limit, CANDIDATES)`, read just
+    before; `query`: the query's vector, and its nearest rows when they were
+    computed with it (`SemanticStage.embed_and_rank`)."""
     vectors = await stage.project_vectors(q, project_id)
     if vectors is None:  # no vector yet (a new project, or the fill is still running)
-        return _calibrated(query, hits[:limit])
-    # A matrix product over the project's rows: about a millisecond at 10k
-    # entries, on a worker thread like the model.
-    cosine, top, similarity = await asyncio.to_thread(_nearest, vectors, query_vector, kind, CANDIDATES)
+        return _calibrated(text, hits[:limit])
+    if query.on is vectors and query.nearest is not None:
+        cosine, top, similarity = query.nearest
+    else:
+        # The matrix changed since (or was not cached): a matrix product
+        # over the project's rows, about a millisecond at 10k entries, on a
+        # worker thread like the model.
+        cosine, top, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
     rows = vectors.row
     for entry, _ in hits:
         if entry.seq not in cosine and entry.seq in rows:
             cosine[entry.seq] = float(similarity[rows[entry.seq]])
     readings = fusion.read(
-        query, _text(hits[0][0]) if hits else None, [score for _, score in hits[:2]], top, vectors.df, rule
+        text, _text(hits[0][0]) if hits else None, [score for _, score in hits[:2]], top, vectors.df, rule
     )
     ranked = fusion.fuse([(entry.seq, score) for entry, score in hits], cosine, readings, rule)
     # The lexical candidates were read a moment ago: their state is checked
