@@ -90,37 +90,7 @@ class AttestationQueries(QueryBase):
             )
             assert row is not None
             return Recorded(row["project_id"], int(row["missing"]), bool(row["recorded"]))
-        # SQLite: the common case in two statements, the reservation guarded
-        # by the same conditions (the project exists, every mapped entry
-        # holds the support), then the row.  Only when the reservation did
-        # not take does a third statement tell which condition failed.
         marks = ", ".join("?" * len(supports)) or "NULL"
-        guard = (
-            "WHERE EXISTS (SELECT 1 FROM projects WHERE slug = ?) AND (SELECT COUNT(DISTINCT e.id) FROM supports s "
-            "JOIN entries e ON e.seq = s.entry_seq JOIN projects p ON p.id = e.project_id "
-            f"WHERE p.slug = ? AND e.id IN ({marks}) AND s.issuer = ? AND s.source = ?) = ?"
-        )
-        wanted = (slug, slug, *supports, issuer, check, len(set(supports)))
-        if replay.token:
-            reserved = await self.tx.run(
-                f"INSERT INTO seen_tokens (issuer, jti, expires_at) SELECT ?, ?, ? {guard} "
-                "ON CONFLICT (issuer, jti) DO UPDATE SET expires_at = excluded.expires_at "
-                "WHERE seen_tokens.expires_at <= ?",
-                replay.source, replay.key, replay.until, *wanted, now,
-            )
-        else:
-            reserved = await self.tx.run(
-                f"INSERT INTO webhook_deliveries (source, delivery_key, at) SELECT ?, ?, ? {guard} ON CONFLICT DO NOTHING",
-                replay.source, replay.key, now, *wanted,
-            )
-        if reserved:
-            written = await self.tx.one(
-                "INSERT INTO attestations (id, project_id, issuer, check_name, outcome, counted, reason, provenance, "
-                "run_url, at) SELECT ?, id, ?, ?, ?, ?, ?, ?, ?, ? FROM projects WHERE slug = ? RETURNING project_id",
-                attestation_id, issuer, check, outcome, counted, reason, _dump(provenance), run_url, now, slug,
-            )
-            assert written is not None  # the guard saw the project, in this same transaction
-            return Recorded(written["project_id"], 0, True)
         row = await self.tx.one(
             "SELECT p.id AS project_id, (SELECT COUNT(DISTINCT e.id) FROM supports s JOIN entries e ON e.seq = s.entry_seq "
             f"WHERE e.project_id = p.id AND e.id IN ({marks}) AND s.issuer = ? AND s.source = ?) AS found "
@@ -129,7 +99,12 @@ class AttestationQueries(QueryBase):
         )
         if row is None:
             return Recorded(None, len(supports), False)
-        return Recorded(row["project_id"], len(set(supports)) - int(row["found"]), False)
+        missing = len(set(supports)) - int(row["found"])
+        if missing or not await self.reserve(replay, now):
+            return Recorded(row["project_id"], missing, False)
+        await self.insert_attestation(attestation_id, row["project_id"], issuer, check, outcome, reason is None,
+                                      reason, provenance, run_url, now)
+        return Recorded(row["project_id"], 0, True)
 
     async def reserve_jti(self, issuer: str, jti: str, expires_at: float, now: float) -> bool:
         """True if this (issuer, jti) was never seen while it could be accepted."""
