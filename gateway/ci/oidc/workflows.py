@@ -17,7 +17,14 @@ quietly match `v1-rc`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+
+# The parsers and `names` are pure and see the same few strings over and
+# over (one workflow file per repository, run after run): an attestation asks
+# each of them twice (the binding's run policy, then the check's rule), so
+# they are memoised.  Bounded, and only a verified token's claims reach them.
+_memo = functools.lru_cache(maxsize=256)
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,7 @@ class WorkflowRef:
         return f"{self.repository}/{self.path}" + (f"@{self.ref}" if self.ref else "")
 
 
+@_memo
 def parse_github(job_workflow_ref: str) -> WorkflowRef | None:
     """`OWNER/REPO/PATH@REF` -> WorkflowRef (None when not of that shape)."""
     body, sep, ref = job_workflow_ref.rpartition("@")
@@ -42,6 +50,7 @@ def parse_github(job_workflow_ref: str) -> WorkflowRef | None:
     return WorkflowRef(repository=f"{owner}/{name}", path=path, ref=ref or None)
 
 
+@_memo
 def parse_gitlab(ci_config_ref_uri: str) -> WorkflowRef | None:
     """`HOST/GROUP/PROJECT//PATH@REF` -> WorkflowRef (the host is dropped)."""
     body, sep, ref = ci_config_ref_uri.rpartition("@")
@@ -70,6 +79,7 @@ def split_pattern(body: str, home_repository: str | None) -> tuple[str | None, s
     return home_repository, body
 
 
+@_memo
 def names(patterns: tuple[str, ...], workflow: WorkflowRef | None, home_repository: str | None) -> bool:
     """True when one of `patterns` names `workflow`."""
     if workflow is None:

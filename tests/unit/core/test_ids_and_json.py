@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from unittest import mock
 import json
 import time
 
@@ -79,5 +80,10 @@ def test_rfc3339_is_utc_with_z_and_a_fraction_only_when_there_is_one(seconds: in
 
 @given(st.binary(min_size=10, max_size=10))
 def test_random_part_is_b32_of_the_bytes(raw: bytes) -> None:
-    # new_id encodes its random bytes in C; it must be _b32 of their bits.
-    assert base64.b32encode(raw).translate(ids._FROM_RFC4648).decode() == ids._b32(int.from_bytes(raw, "big"), 16)
+    # new_id spells out its random bits pair by pair; they must be _b32 of the
+    # bytes, which is RFC 4648 base32 mapped letter for letter onto Crockford's alphabet.
+    with mock.patch.object(ids.os, "urandom", return_value=raw):
+        made = ids.new_id("at")
+    assert made[len("at_") + 10:] == ids._b32(int.from_bytes(raw, "big"), 16)
+    rfc4648 = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", ids._ALPHABET.encode())
+    assert made[len("at_") + 10:] == base64.b32encode(raw).translate(rfc4648).decode()
