@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.model:
         parser.error("name the model folder: --model DIR or RELAYROOM_SEMANTIC_MODEL=DIR")
+    # The server runs in a folder of its own: a relative path would name nothing there.
+    args.model = os.path.abspath(args.model)
     work = Path(tempfile.mkdtemp(prefix="relayroom-semantic-bench-"))
     (work / "checkmaps").mkdir()
     db_url = f"sqlite:///{work / 'bench.sqlite'}"
