@@ -40,6 +40,7 @@ from gateway.core.clock import SystemClock  # noqa: E402
 from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
 from gateway.recall import stages  # noqa: E402
+from gateway.recall.semantic import nearest  # noqa: E402
 
 
 def questions(count: int, seed: int) -> list[str]:
@@ -98,7 +99,7 @@ async def stage_times(db_url: str, model: str, sha256: str | None, asked: list[s
             await hub.driver.read(lambda q: q.search(project_id, question, None, stages.CANDIDATES, now))
             out["lexical"].append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
-            stages._nearest(vectors, vector, None, stages.CANDIDATES)
+            nearest(vectors, vector, None, stages.CANDIDATES)
             out["cosine"].append((time.perf_counter() - t) * 1000)
             with_cache = question + " again"
             t = time.perf_counter()

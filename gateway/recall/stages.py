@@ -36,9 +36,6 @@ def _calibrated(query: str, hits: list[tuple[Entry, float]]) -> list[tuple[Entry
     return [(by_seq[seq], score) for seq, score in ranked]
 
 
-# The bench and older callers name it here.
-_nearest = nearest
-
 
 async def fused(
     q: Any,
