@@ -116,10 +116,7 @@ async def _bulk(hub: Hub, project_id: int, count: int, *, analyze: bool = True, 
         written = await q.tx.all(
             "SELECT seq, statement, kind FROM entries WHERE project_id = ? AND id LIKE ?", project_id, f"kn_{prefix}_%"
         )
-        await q.tx.run_many(
-            f"INSERT INTO {sp.table(project_id)} (seq, kind, expires_at, tsv) VALUES (?, ?, NULL, {sp.VECTOR})",
-            [(r["seq"], r["kind"], r["statement"], "", r["kind"], "") for r in written],
-        )
+        await sp.add_many(q.tx, project_id, [(r["seq"], r["kind"], None, r["statement"], None) for r in written])
         if not analyze:  # and autovacuum must not do it behind the test's back
             await q.tx.run(f"ALTER TABLE {sp.table(project_id)} SET (autovacuum_enabled = false)")
 
