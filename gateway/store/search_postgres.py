@@ -12,53 +12,56 @@ measurement: with 100 other projects of 2,000 entries each, one shared table
 `project_id`) made a question of common words about twice as slow (p50 3.4
 -> 7.9 ms, and 5.2 -> 13.0 ms) while a table of its own stayed flat (5.5 ->
 5.6 ms).  bench/recall_latency.py showed the same with the real code (before
-the bounded candidate set below): search p50 at 10k entries 5.6 ms alone,
+any bounded candidate set): search p50 at 10k entries 5.6 ms alone,
 4.9 ms in a hub with 200k other entries.
 
-The query is the one `gateway.recall.search.plan_query` plans for SQLite: its
-phrases become tsquery lexemes (quoted, so nothing an agent typed is read as
-tsquery syntax; `:*` for a prefix phrase), OR-ed.  The vector weighs the
-statement (A), evidence (B), kind (C) and identifier parts (D) by the
-ranking's column weights; a phrase's weight (the agent's own words count
-more than synonyms) multiplies the `ts_rank` of its group; the kind-hint
-boost is `gateway.recall.search.rerank`, shared with SQLite.
+Ranking: the same as SQLite's, to the last digit, whatever the project's
+size (`gateway.store.bm25`: FTS5's tokens, porter stems and bm25 formula,
+computed here from the positions each tsvector keeps; the steps of
+`SqliteFtsIndex._ranked`: one ranking when every match fits the list, the
+agent's words and the synonyms apart and fused otherwise, common phrases
+pruned past COMMON_ROWS).  FTS5 knows, for free, each phrase's rows in the
+table, the table's rows and its tokens; PostgreSQL keeps them:
 
-Big projects.  `ts_rank` scores every row it is handed, one by one (about
-0.1 us per query word per row), and has no IDF: an OR of a question's words
-over a 100k-entry project ranked tens of thousands of rows (search p50 13-30
-ms, p99 0.2-0.5 s) and let rows full of common words crowd out the one that
-holds the rare word.  So a search ranks at most about `CANDIDATE_ROWS` rows,
-chosen from the table's own statistics (see `estimate`, `select`):
+- `recall_df_p<id>` (lexeme, kind, rows): how many index rows of each kind
+  hold each lexeme, and `recall_sizes` (project_id, rows, tokens), written
+  by `add`, `remove` and `add_many` in the statement that writes the index
+  row, so in the transaction that moves the entry.  `add` of an entry
+  indexed already takes the old row's counts out first (a re-add counts
+  once).  Every writer of a project's counts updates its size row first, so
+  two promotions in one project take their turns there (a row lock held to
+  the commit) and never deadlock over lexemes; the upserts leave no lost
+  update.  That lock is the price: promotions within one project commit one
+  after the other (each holds it for the rest of its transaction).
+- A phrase of one lexeme: its rows in the table are the sum over kinds, its
+  rows of the kind asked for (SQLite's kind-scoped count) the kind's row; a
+  kind's rows are its own word's (every row holds its kind).  A phrase of
+  several lexemes ("project's", "don't") is counted by a tsquery of them
+  adjacent within one column.  A phrase of no lexeme matches nothing.
 
-- A table of up to `CANDIDATE_ROWS` rows, or one whose matching rows are
-  estimated at no more, or one without statistics yet, is ranked whole, in
-  one statement, exactly as before: the evaluation's projects and the
-  tests' always take this path, with the very same results.
-- Otherwise the rows holding the query's rarest phrases are ranked (rarest
-  per unit of weight first, until the estimate would pass the budget), with
-  the full score: a common word still counts for the rows that hold it, it
-  just brings no rows in.  That is the IDF `ts_rank` lacks: with each
-  evaluation project padded with 100k synthetic entries, MRR@10 (all
-  queries) is 0.804 this way against 0.604 ranking every match.
-- When none of the agent's own words is that rare, the rows holding all of
-  them (a GIN AND, which skips through the long posting lists; only when
-  few enough) and those of the newest `RECENT_ROWS` rows that hold any of
-  them compete too.  When the rare words hold fewer rows than wanted (a word
-  missing from the statistics may hold none), the same rows fill up the
-  list, ranked below every row that holds a rare word.
+A search (`_exact`) is one statement that returns the query's stems, the
+project's size and its lexemes' counts, and, for a project of at most
+`CANDIDATE_ROWS` rows, every row holding one of the phrases (ranked by
+`exact_ranking`, as before: small projects stay one statement, and no longer
+count their rows).  A bigger project is ranked by `big_ranking` from the
+counts: one more statement per ranked list reads the rows of the phrases
+SQLite keeps, with where the query's lexemes stand in them (at most
+ROW_BUDGET rows a list when phrases were pruned; when every word of the
+agent's is common, the rows holding all of them, and if fewer than wanted,
+any of them, as SQLite does: those can be thousands).
 
-The tsqueries are built once per statement (a MATERIALIZED CTE): in the
-generic plan PostgreSQL switches a prepared statement to after five runs,
-`to_tsquery(...)` in the score was otherwise parsed again for every row,
-which was most of the old p99.
-
-Round trips.  The table's size and statistics are cached per process and
-checked by the search's own first statement (see `TableStats`), and so are
-the lexemes of the question's phrases: a search is one statement when they
-are cached (two when a phrase was never seen, three when rare words must
-be filled up), where it used to be one or two of which the first read
-pg_stats.  The SQL texts do not depend on the values searched for (every
-list is one array parameter), so each is prepared once per connection.
+Prefix phrases (`Ranking.prefix`, not recall's ranking: see
+`gateway.recall.search`) are the one exception, as they were for small
+projects too: their rows are ranked by `ts_rank` (its weights the ranking's
+column weights, a phrase group's weight multiplying its rank) over a
+candidate set chosen from the table's own statistics (`estimate`, `select`):
+a table of up to `CANDIDATE_ROWS` rows, or a question whose rows the
+statistics put at no more, is ranked whole; otherwise the rows holding its
+rarest phrases, and when none of the agent's words is rare, the rows holding
+all of them and those of the newest `RECENT_ROWS` rows that hold any.  The
+tsqueries are built once per statement (a MATERIALIZED CTE); the table's
+statistics are cached per process and checked by the search's own first
+statement (`TableStats`).
 """
 
 from __future__ import annotations
@@ -101,11 +104,11 @@ INDEX_VERSION = "bm25-porter-2"
 RANK_FUNCTION = "ts_rank"
 RANK_NORMALISATION = 1
 
-# About this many rows (estimated) are ranked by one search, at most a few
-# ms of ts_rank on the 2-core development machine.  A project of up to this
-# many entries is always ranked whole.  1000 rather than 2000 or 3000: as
-# fast or faster, and the padded evaluation above ranks as well (0.804) or
-# better (0.788 at 3000); 500 starts to lose (0.790).
+# A project of up to this many rows is read whole by the search's one
+# statement (`exact_ranking`); a bigger one is ranked from its counts
+# (`big_ranking`).  Prefix phrases: about this many rows (estimated) are
+# ranked by ts_rank in one search (1000: as fast or faster than 2000 or
+# 3000, and it ranked the padded evaluation as well or better).
 CANDIDATE_ROWS = 1000
 # When every word the agent typed is common: how many of the project's
 # newest rows are read for those that hold any of them.
@@ -577,6 +580,31 @@ ROWS_SQL = (
     "FROM {name} r, unnest(r.tsv) u WHERE r.tsv @@ CAST(? AS tsquery) AND u.lexeme = ANY(CAST(? AS TEXT[])){kind} "
     "GROUP BY r.seq"
 )
+# The same rows cut to a list's best (all of its terms of one lexeme): BM25
+# computed by the server too (`?` 1-3: each scored term's lexeme, IDF and
+# column, '' for any; 4: the column weights A-D; 5: the tsquery; 6: the
+# average length; 7: the list's length), its rows kept down to the list's
+# last score less a margin (1e-9 relative, where the server's sums differ
+# from FTS5's in the last bits), and only those read: `big_ranking` scores
+# them exactly and keeps the same best rows as if it had read them all.
+SCORED_SQL = (
+    "WITH t AS MATERIALIZED (SELECT t.lexeme, t.col, SUM(t.idf) AS idf FROM unnest(CAST(? AS TEXT[]), "
+    "CAST(? AS FLOAT8[]), CAST(? AS TEXT[])) AS t(lexeme, idf, col) GROUP BY t.lexeme, t.col), "
+    "w AS MATERIALIZED (SELECT CAST(? AS FLOAT8[]) AS w), "
+    "c AS MATERIALIZED (SELECT r.seq, r.len, r.tsv FROM {name} r WHERE r.tsv @@ CAST(? AS tsquery){kind}), "
+    "h AS (SELECT c.seq, c.len, t.idf, SUM(CASE CAST(wt AS TEXT) WHEN 'A' THEN w.w[1] WHEN 'B' THEN w.w[2] "
+    "WHEN 'C' THEN w.w[3] ELSE w.w[4] END) AS f FROM w, c, unnest(c.tsv) u, unnest(u.weights) wt, t "
+    "WHERE u.lexeme = t.lexeme AND (t.col = '' OR CAST(wt AS TEXT) = t.col) GROUP BY c.seq, c.len, t.lexeme, t.col, t.idf), "
+    f"s AS MATERIALIZED (SELECT h.seq, SUM(h.idf * ((h.f * {bm25.K1 + 1.0!r}) / (h.f + {bm25.K1!r} * "
+    f"({1 - bm25.B!r} + {bm25.B!r} * h.len / CAST(? AS FLOAT8))))) AS score FROM h GROUP BY h.seq), "
+    "cut AS (SELECT s.score FROM s ORDER BY s.score DESC OFFSET ? LIMIT 1) "
+    "SELECT r.seq AS seq, r.kind AS kind, r.expires_at AS expires_at, r.len AS len, "
+    "ARRAY_AGG(u.lexeme) AS lexemes, ARRAY_AGG(ARRAY_TO_STRING(u.positions, ' ')) AS positions, "
+    "ARRAY_AGG(ARRAY_TO_STRING(u.weights, '')) AS columns "
+    "FROM s JOIN {name} r ON r.seq = s.seq, unnest(r.tsv) u "
+    "WHERE s.score >= COALESCE((SELECT cut.score FROM cut), 0.0) * (1 - 1e-9) - 1e-12 "
+    "AND u.lexeme = ANY(CAST(? AS TEXT[])) GROUP BY r.seq"
+)
 # The rows holding each phrase of several lexemes that `SEARCH_SQL` did not
 # see as one (a single token PostgreSQL stems into two lexemes).
 PHRASE_COUNT_SQL = (
@@ -698,7 +726,10 @@ def exact_ranking(
 
 
 
-Fetch = Callable[[Sequence[bm25.Term], bool], Awaitable[list[bm25.Row]]]
+# fetch(terms, every, scored, limit): the rows (of the kind asked for)
+# holding any (every) one of `terms`; at least those of the best `limit` by
+# the BM25 of `scored`, or all of them.
+Fetch = Callable[[Sequence[bm25.Term], bool, Sequence[bm25.Term], int], Awaitable[list[bm25.Row]]]
 
 
 async def big_ranking(
@@ -718,9 +749,10 @@ async def big_ranking(
     phrase's rows (of the kind asked for, if any; capped at COMMON_ROWS + 1
     as SQLite caps them), `hits`, each term's rows in the whole table (its
     IDF; the kind term's are the kind's rows), the table's rows and tokens.
-    `fetch(terms, every)` gives the rows (of the kind asked for) holding
-    any, or every, one of `terms` (a superset will do: a row holding none is
-    dropped here); only the phrases SQLite's pruning keeps are fetched."""
+    `fetch` gives the rows (of the kind asked for) holding any, or every,
+    one of the terms (a superset will do: a row holding none is dropped
+    here; and of those, any that hold the best `limit`); only the phrases
+    SQLite's pruning keeps are fetched."""
     weight = max(1, plan.original_weight)
     pairs = list(zip(plan.phrases, terms))
     by_text = {p.text: t for p, t in pairs}
@@ -739,7 +771,7 @@ async def big_ranking(
         wanted_terms = set(phrase_terms)
         frequencies: dict[int, dict[bm25.Term, float]] = {}
         holding = []
-        for row in await fetch(phrase_terms, every):
+        for row in await fetch(phrase_terms, every, scored or head + phrase_terms, limit):
             weighted: dict[bm25.Term, float] = {}
             for term in wanted_terms | set(head):
                 count, f = bm25.instances(term, row, weights)
@@ -914,6 +946,7 @@ class PostgresFtsIndex:
         weights = dict(zip("DCBA", (float(w) for w in (
             ranking.aliases_weight, ranking.kind_weight, ranking.evidence_weight, ranking.statement_weight))))
         seen: dict[int, bm25.Row] = {}
+        rank: Callable[[int], Awaitable[list[tuple[int, float]]]]
         if table_rows <= CANDIDATE_ROWS:
             rows = [_row(r) for r in records if r["seq"] is not None]
             if not rows:
@@ -921,8 +954,10 @@ class PostgresFtsIndex:
             seen = {r.seq: r for r in rows}
             args = (plan, terms, kind, kind_term, rows, table_rows, table_tokens, kind_rows, weights)
 
-            async def rank(wanted: int) -> list[tuple[int, float]]:
+            async def small(wanted: int) -> list[tuple[int, float]]:
                 return exact_ranking(*args, wanted)
+
+            rank = small
         else:
             counted = {str(multi[int(r["p"]) - 1]): (int(r["n"]), int(r["total"])) for r in records if r["p"] is not None}
             rank = await self._big(project_id, plan, terms, kind, kind_term, kind_rows, df, counted,
@@ -977,18 +1012,33 @@ class PostgresFtsIndex:
         if kind_term is not None:
             table_hits[kind_term] = kind_rows
         counts = {p.text: min(scoped[t], COMMON_ROWS + 1) if t is not None else 0 for p, t in zip(plan.phrases, terms)}
-        fetched: dict[tuple[frozenset[bm25.Term], bool], list[bm25.Row]] = {}
+        fetched: dict[tuple[Any, ...], list[bm25.Row]] = {}
         kind_filter = " AND r.kind = ?" if kind else ""
         sql = ROWS_SQL.format(name=name, kind=kind_filter)
         head = list(kind_term.lexemes) if kind_term is not None else []
 
-        async def fetch(wanted_terms: Sequence[bm25.Term], every: bool) -> list[bm25.Row]:
-            key = (frozenset(wanted_terms), every)
+        scored_sql = SCORED_SQL.format(name=name, kind=kind_filter)
+        weight_list = [weights.get(c, 1.0) for c in "ABCD"]
+        avgdl = table_tokens / table_rows if table_rows else 1.0
+
+        async def fetch(
+            wanted_terms: Sequence[bm25.Term], every: bool, scored: Sequence[bm25.Term], limit: int
+        ) -> list[bm25.Row]:
+            single = all(len(t.lexemes) == 1 for t in (*wanted_terms, *scored))
+            key = (frozenset(wanted_terms), every, tuple(scored) if single else (), limit if single else 0)
             if key not in fetched:
                 unique = sorted(key[0], key=lambda t: t.lexemes)
                 query = (" & " if every else " | ").join(term_query(t) for t in unique)
                 lexemes = sorted({lex for t in unique for lex in t.lexemes} | set(head))
-                records = await self.tx.all(sql, query, lexemes, *([kind] if kind else []))
+                if single:
+                    # The server's BM25 cuts the rows to the list's best first.
+                    idf = [bm25.idf(table_rows, table_hits.get(t, 0)) for t in scored]
+                    records = await self.tx.all(
+                        scored_sql, [t.lexemes[0] for t in scored], idf, [t.column or "" for t in scored],
+                        weight_list, query, *([kind] if kind else []), avgdl, max(0, limit - 1), lexemes,
+                    )
+                else:
+                    records = await self.tx.all(sql, query, lexemes, *([kind] if kind else []))
                 rows = [_row(r) for r in records]
                 for row in rows:
                     seen.setdefault(row.seq, row)
