@@ -138,14 +138,12 @@ async def add_trusted(hub: Hub, project_id: int, count: int, text: Text, now: fl
                 [(f"kn_bench_{first + i}", project_id, kind, s, e, norm, now, now) for i, (s, e, kind, norm) in enumerate(rows)],
             )
             if q.tx.dialect == "postgres":
-                # The identity column numbers the rows; index what was just written.
-                from gateway.store.search_postgres import VECTOR, table
+                # The identity column numbers the rows; index what was just
+                # written, with its counts, as the index itself does.
+                from gateway.store.search_postgres import add_many
 
                 written = await q.tx.all("SELECT seq, statement, evidence, kind FROM entries WHERE project_id = ? AND seq >= ?", project_id, first)
-                await q.tx.run_many(
-                    f"INSERT INTO {table(project_id)} (seq, kind, expires_at, tsv) VALUES (?, ?, NULL, {VECTOR})",
-                    [(r["seq"], r["kind"], r["statement"], r["evidence"] or "", r["kind"], identifier_parts(f"{r['statement']} {r['evidence'] or ''}")) for r in written],
-                )
+                await add_many(q.tx, project_id, [(r["seq"], r["kind"], None, r["statement"], r["evidence"]) for r in written])
                 return
             table = q.index.table(project_id)
             await q.tx.run_many(

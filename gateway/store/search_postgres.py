@@ -12,71 +12,77 @@ measurement: with 100 other projects of 2,000 entries each, one shared table
 `project_id`) made a question of common words about twice as slow (p50 3.4
 -> 7.9 ms, and 5.2 -> 13.0 ms) while a table of its own stayed flat (5.5 ->
 5.6 ms).  bench/recall_latency.py showed the same with the real code (before
-the bounded candidate set below): search p50 at 10k entries 5.6 ms alone,
+any bounded candidate set): search p50 at 10k entries 5.6 ms alone,
 4.9 ms in a hub with 200k other entries.
 
-The query is the one `gateway.recall.search.plan_query` plans for SQLite: its
-phrases become tsquery lexemes (quoted, so nothing an agent typed is read as
-tsquery syntax; `:*` for a prefix phrase), OR-ed.  The vector weighs the
-statement (A), evidence (B), kind (C) and identifier parts (D) by the
-ranking's column weights; a phrase's weight (the agent's own words count
-more than synonyms) multiplies the `ts_rank` of its group; the kind-hint
-boost is `gateway.recall.search.rerank`, shared with SQLite.
+Ranking: the same as SQLite's, to the last digit, whatever the project's
+size (`gateway.store.bm25`: FTS5's tokens, porter stems and bm25 formula,
+computed here from the positions each tsvector keeps; the steps of
+`SqliteFtsIndex._ranked`: one ranking when every match fits the list, the
+agent's words and the synonyms apart and fused otherwise, common phrases
+pruned past COMMON_ROWS).  FTS5 knows, for free, each phrase's rows in the
+table, the table's rows and its tokens; PostgreSQL keeps them:
 
-Big projects.  `ts_rank` scores every row it is handed, one by one (about
-0.1 us per query word per row), and has no IDF: an OR of a question's words
-over a 100k-entry project ranked tens of thousands of rows (search p50 13-30
-ms, p99 0.2-0.5 s) and let rows full of common words crowd out the one that
-holds the rare word.  So a search ranks at most about `CANDIDATE_ROWS` rows,
-chosen from the table's own statistics (see `estimate`, `select`):
+- `recall_df_p<id>` (lexeme, kind, rows): how many index rows of each kind
+  hold each lexeme, and `recall_sizes` (project_id, rows, tokens), written
+  by `add`, `remove` and `add_many` in the statement that writes the index
+  row, so in the transaction that moves the entry.  `add` of an entry
+  indexed already takes the old row's counts out first (a re-add counts
+  once).  Every writer of a project's counts updates its size row first, so
+  two promotions in one project take their turns there (a row lock held to
+  the commit) and never deadlock over lexemes; the upserts leave no lost
+  update.  That lock is the price: promotions within one project commit one
+  after the other (each holds it for the rest of its transaction).
+- A phrase of one lexeme: its rows in the table are the sum over kinds, its
+  rows of the kind asked for (SQLite's kind-scoped count) the kind's row; a
+  kind's rows are its own word's (every row holds its kind).  A phrase of
+  several lexemes ("project's", "don't") is counted by a tsquery of them
+  adjacent within one column.  A phrase of no lexeme matches nothing.
 
-- A table of up to `CANDIDATE_ROWS` rows, or one whose matching rows are
-  estimated at no more, or one without statistics yet, is ranked whole, in
-  one statement, exactly as before: the evaluation's projects and the
-  tests' always take this path, with the very same results.
-- Otherwise the rows holding the query's rarest phrases are ranked (rarest
-  per unit of weight first, until the estimate would pass the budget), with
-  the full score: a common word still counts for the rows that hold it, it
-  just brings no rows in.  That is the IDF `ts_rank` lacks: with each
-  evaluation project padded with 100k synthetic entries, MRR@10 (all
-  queries) is 0.804 this way against 0.604 ranking every match.
-- When none of the agent's own words is that rare, the rows holding all of
-  them (a GIN AND, which skips through the long posting lists; only when
-  few enough) and those of the newest `RECENT_ROWS` rows that hold any of
-  them compete too.  When the rare words hold fewer rows than wanted (a word
-  missing from the statistics may hold none), the same rows fill up the
-  list, ranked below every row that holds a rare word.
+A search (`_exact`) is one statement that returns the query's stems, the
+project's size and its lexemes' counts, and, for a project of at most
+`CANDIDATE_ROWS` rows, every row holding one of the phrases (ranked by
+`exact_ranking`, as before: small projects stay one statement, and no longer
+count their rows).  A bigger project is ranked by `big_ranking` from the
+counts: one more statement per ranked list reads the rows of the phrases
+SQLite keeps, with where the query's lexemes stand in them (at most
+ROW_BUDGET rows a list when phrases were pruned; when every word of the
+agent's is common, the rows holding all of them, and if fewer than wanted,
+any of them, as SQLite does: those can be thousands).
 
-The tsqueries are built once per statement (a MATERIALIZED CTE): in the
-generic plan PostgreSQL switches a prepared statement to after five runs,
-`to_tsquery(...)` in the score was otherwise parsed again for every row,
-which was most of the old p99.
-
-Round trips.  The table's size and statistics are cached per process and
-checked by the search's own first statement (see `TableStats`), and so are
-the lexemes of the question's phrases: a search is one statement when they
-are cached (two when a phrase was never seen, three when rare words must
-be filled up), where it used to be one or two of which the first read
-pg_stats.  The SQL texts do not depend on the values searched for (every
-list is one array parameter), so each is prepared once per connection.
+Prefix phrases (`Ranking.prefix`, not recall's ranking: see
+`gateway.recall.search`) are the one exception, as they were for small
+projects too: their rows are ranked by `ts_rank` (its weights the ranking's
+column weights, a phrase group's weight multiplying its rank) over a
+candidate set chosen from the table's own statistics (`estimate`, `select`):
+a table of up to `CANDIDATE_ROWS` rows, or a question whose rows the
+statistics put at no more, is ranked whole; otherwise the rows holding its
+rarest phrases, and when none of the agent's words is rare, the rows holding
+all of them and those of the newest `RECENT_ROWS` rows that hold any.  The
+tsqueries are built once per statement (a MATERIALIZED CTE); the table's
+statistics are cached per process and checked by the search's own first
+statement (`TableStats`).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.recall.search import (
+    COMMON_ROWS,
     DEFAULT_RANKING,
     Candidate,
     Phrase,
+    Pruned,
     QueryPlan,
     Ranking,
     identifier_parts,
     plan_query,
     fuse,
+    prune,
     rerank,
 )
 from gateway.store import bm25
@@ -89,7 +95,7 @@ CONFIG = bm25.CONFIG
 TOKENS_FUNCTION = "relayroom_tsv_tokens"
 # What the index tables of a database were built with: a database whose meta
 # row says otherwise has them rebuilt by `install` (under the migration lock).
-INDEX_VERSION = "bm25-porter-1"
+INDEX_VERSION = "bm25-porter-2"
 # Length normalisation 1 divides the rank by 1 + log(length): a long
 # evidence text does not outrank a precise statement.
 # ts_rank rather than ts_rank_cd: on bench/recall_quality.py it ranks better
@@ -98,11 +104,11 @@ INDEX_VERSION = "bm25-porter-1"
 RANK_FUNCTION = "ts_rank"
 RANK_NORMALISATION = 1
 
-# About this many rows (estimated) are ranked by one search, at most a few
-# ms of ts_rank on the 2-core development machine.  A project of up to this
-# many entries is always ranked whole.  1000 rather than 2000 or 3000: as
-# fast or faster, and the padded evaluation above ranks as well (0.804) or
-# better (0.788 at 3000); 500 starts to lose (0.790).
+# A project of up to this many rows is read whole by the search's one
+# statement (`exact_ranking`); a bigger one is ranked from its counts
+# (`big_ranking`).  Prefix phrases: about this many rows (estimated) are
+# ranked by ts_rank in one search (1000: as fast or faster than 2000 or
+# 3000, and it ranked the padded evaluation as well or better).
 CANDIDATE_ROWS = 1000
 # When every word the agent typed is common: how many of the project's
 # newest rows are read for those that hold any of them.
@@ -118,6 +124,18 @@ VECTOR = (
 
 def table(project_id: int) -> str:
     return f"recall_p{int(project_id)}"
+
+
+def df_table(project_id: int) -> str:
+    """The project's document frequencies: for each lexeme and kind, how
+    many of the index table's rows of that kind hold the lexeme."""
+    return f"recall_df_p{int(project_id)}"
+
+
+# Every project's index size: its rows and their tokens (one row a project,
+# kept with its index rows; also what makes writers of one project's counts
+# take their turns, see `PostgresFtsIndex.add`).
+SIZES = "recall_sizes"
 
 
 def lexeme(text: str, prefix: bool) -> str | None:
@@ -216,17 +234,12 @@ class TableStats:
 _clock = time.monotonic
 _stats: dict[tuple[str, str], tuple[float, TableStats]] = {}
 _stems: dict[tuple[str, str], tuple[str, ...]] = {}
-# Tables found past CANDIDATE_ROWS while their statistics said otherwise (a
-# big table never analyzed has reltuples -1), by the statistics' token: not
-# tried the exact way again until an ANALYZE changes the token.
-_big: dict[tuple[str, str], str] = {}
 
 
 def forget() -> None:
     """Drop every cached statistic and stem (tests; nothing else needs to)."""
     _stats.clear()
     _stems.clear()
-    _big.clear()
 
 
 def _remember(cache: dict[Any, Any], key: Any, value: Any, most: int) -> None:
@@ -441,16 +454,17 @@ def _columns(statement: str, evidence: str | None, kind: str) -> tuple[str, str,
 INSTALL_SQL = (
     f"CREATE OR REPLACE FUNCTION {TOKENS_FUNCTION}(v tsvector) RETURNS INTEGER LANGUAGE sql IMMUTABLE PARALLEL SAFE "
     "AS 'SELECT CAST(COALESCE(SUM(CARDINALITY(u.positions)), 0) AS INTEGER) FROM unnest(v) u'",
+    f"CREATE TABLE IF NOT EXISTS {SIZES} (project_id BIGINT PRIMARY KEY, rows BIGINT NOT NULL, tokens BIGINT NOT NULL)",
 )
 
 
 async def install(tx: Any) -> None:
     """Make the database's recall index what this module expects: the text
-    search configuration, and every project's table built with it.  Run by
+    search configuration, and every project's tables built with it.  Run by
     the driver after the schema's migrations, in their transaction and under
     their lock; a database already at `INDEX_VERSION` is left alone.  Older
-    tables (the `english` configuration, ts_rank) are rebuilt from the
-    trusted entries, so an upgrade changes the ranking, never the entries."""
+    tables (the `english` configuration, ts_rank, no counts) are rebuilt from
+    the trusted entries, so an upgrade changes the ranking, never the entries."""
     row = await tx.one("SELECT value FROM meta WHERE key = 'recall_index'")
     if row is not None and row["value"] == INDEX_VERSION:
         return
@@ -463,41 +477,162 @@ async def install(tx: Any) -> None:
     for project in await tx.all("SELECT id FROM projects ORDER BY id"):
         project_id = int(project["id"])
         await tx.run(f"DROP TABLE IF EXISTS {table(project_id)}")
+        await tx.run(f"DROP TABLE IF EXISTS {df_table(project_id)}")
+        await tx.run(f"DELETE FROM {SIZES} WHERE project_id = ?", project_id)
         await index.create_project(project_id)
         rows = await tx.all(
-            "SELECT seq, project_id, kind, statement, evidence, expires_at FROM entries "
+            "SELECT seq, kind, statement, evidence, expires_at FROM entries "
             "WHERE project_id = ? AND state = 'trusted' ORDER BY seq",
             project_id,
         )
-        await tx.run_many(
-            f"INSERT INTO {table(project_id)} (seq, kind, expires_at, tsv) VALUES (?, ?, ?, {VECTOR})",
-            [(r["seq"], r["kind"], r["expires_at"], *_columns(r["statement"], r["evidence"], r["kind"])) for r in rows],
-        )
+        await add_many(tx, project_id, [(r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in rows])
     await tx.run(
         "INSERT INTO meta(key, value) VALUES ('recall_index', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         INDEX_VERSION,
     )
 
 
-# One statement: the stems of the query's words, the table's size (bounded:
-# a table past CANDIDATE_ROWS is ranked the other way, and the gate keeps its
-# rows unread), and, for every row holding one of the query's phrases, where
-# the query's lexemes stand in it.
-EXACT_SQL = (
+# The counts of the rows just indexed (`seq = ANY(?)`), added in bulk: the
+# project's size row first (every writer of the project's counts takes its
+# lock before any lexeme's), then the lexemes in their order.
+ADD_MANY_SQL = (
+    "WITH new AS MATERIALIZED (SELECT r.kind, r.tsv, r.len FROM {name} r WHERE r.seq = ANY(CAST(? AS BIGINT[]))), "
+    f"size AS (UPDATE {SIZES} s SET rows = s.rows + (SELECT COUNT(*) FROM new), "
+    "tokens = s.tokens + (SELECT COALESCE(SUM(new.len), 0) FROM new) WHERE s.project_id = ? RETURNING s.rows), "
+    "df AS (INSERT INTO {df} AS d (lexeme, kind, rows) SELECT u.lexeme, new.kind, COUNT(*) FROM size, new, "
+    "unnest(tsvector_to_array(new.tsv)) u(lexeme) GROUP BY u.lexeme, new.kind ORDER BY u.lexeme, new.kind "
+    "ON CONFLICT (lexeme, kind) DO UPDATE SET rows = d.rows + excluded.rows RETURNING 1) "
+    "SELECT (SELECT COUNT(*) FROM size) AS sized, (SELECT COUNT(*) FROM df) AS lexemes"
+)
+
+
+async def add_many(
+    tx: Any, project_id: int, rows: Sequence[tuple[int, str, float | None, str, str | None]], *, batch: int = 5000
+) -> None:
+    """Index many entries of one project at once, none indexed yet: rows of
+    (seq, kind, expires_at, statement, evidence).  What `install` and the
+    benches' bulk loaders use (`PostgresFtsIndex.add` one by one costs a
+    statement an entry); the counts are kept exactly as `add` keeps them."""
+    name = table(project_id)
+    for start in range(0, len(rows), batch):
+        part = rows[start:start + batch]
+        await tx.run_many(
+            f"INSERT INTO {name} (seq, kind, expires_at, tsv) VALUES (?, ?, ?, {VECTOR})",
+            [(seq, kind, expires, *_columns(statement, evidence, kind)) for seq, kind, expires, statement, evidence in part],
+        )
+        await tx.one(ADD_MANY_SQL.format(name=name, df=df_table(project_id)), [r[0] for r in part], project_id)
+
+
+async def recount(tx: Any, project_id: int) -> tuple[dict[tuple[str, str], int], tuple[int, int]]:
+    """The counts as they should be, from the index table itself (for tests
+    and checks): {(lexeme, kind): rows}, and (rows, tokens)."""
+    name = table(project_id)
+    df = await tx.all(
+        f"SELECT u.lexeme AS lexeme, r.kind AS kind, COUNT(*) AS n FROM {name} r, "
+        "unnest(tsvector_to_array(r.tsv)) u(lexeme) GROUP BY u.lexeme, r.kind"
+    )
+    size = await tx.one(f"SELECT COUNT(*) AS n, COALESCE(SUM(len), 0) AS total FROM {name}")
+    assert size is not None
+    return {(str(r["lexeme"]), str(r["kind"])): int(r["n"]) for r in df}, (int(size["n"]), int(size["total"]))
+
+
+async def counts(tx: Any, project_id: int) -> tuple[dict[tuple[str, str], int], tuple[int, int]]:
+    """The counts as kept (`recount`'s shape)."""
+    df = await tx.all(f"SELECT lexeme, kind, rows FROM {df_table(project_id)}")
+    size = await tx.one(f"SELECT rows, tokens FROM {SIZES} WHERE project_id = ?", project_id)
+    kept = (int(size["rows"]), int(size["tokens"])) if size is not None else (-1, -1)
+    return {(str(r["lexeme"]), str(r["kind"])): int(r["rows"]) for r in df}, kept
+
+
+# One statement: the stems of the query's words; the project's size (rows,
+# tokens); each query lexeme's rows per kind; for a project of at most
+# CANDIDATE_ROWS rows, every row holding one of the query's phrases with
+# where the query's lexemes stand in it; for a bigger one instead, the rows
+# (all kinds, and of the kind asked for) holding each phrase of several
+# lexemes (`?` 4: their tsqueries, adjacency within one column).  Records
+# are told apart by which of seq, n, i, df, p is set.
+SEARCH_SQL = (
     f"WITH words AS MATERIALIZED (SELECT u.i AS i, tsvector_to_array(to_tsvector('{CONFIG}', u.w)) AS lexemes "
     "FROM unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS u(w, i)), "
     f"q AS MATERIALIZED (SELECT to_tsquery('{CONFIG}', ?) AS q, ARRAY(SELECT DISTINCT unnest(w.lexemes) FROM words w) AS lex), "
-    "size AS MATERIALIZED (SELECT COUNT(*) AS n, COALESCE(SUM(s.len), 0) AS total, "
-    "COUNT(*) FILTER (WHERE s.kind = ?) AS kinds FROM (SELECT r.len, r.kind FROM {name} r LIMIT {most}) s) "
+    f"size AS MATERIALIZED (SELECT s.rows AS n, s.tokens AS total FROM {SIZES} s WHERE s.project_id = ?) "
     "SELECT r.seq AS seq, r.kind AS kind, r.expires_at AS expires_at, r.len AS len, "
     "ARRAY_AGG(u.lexeme) AS lexemes, ARRAY_AGG(ARRAY_TO_STRING(u.positions, ' ')) AS positions, "
     "ARRAY_AGG(ARRAY_TO_STRING(u.weights, '')) AS columns, CAST(NULL AS BIGINT) AS n, CAST(NULL AS BIGINT) AS total, "
-    "CAST(NULL AS BIGINT) AS kinds, CAST(NULL AS BIGINT) AS i "
+    "CAST(NULL AS BIGINT) AS i, CAST(NULL AS BIGINT) AS df, CAST(NULL AS BIGINT) AS p "
     "FROM q, {name} r, unnest(r.tsv) u "
     "WHERE (SELECT n FROM size) <= {rows} AND r.tsv @@ q.q AND u.lexeme = ANY(q.lex) GROUP BY r.seq "
-    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, size.n, size.total, size.kinds, NULL FROM size "
-    "UNION ALL SELECT NULL, NULL, NULL, NULL, w.lexemes, NULL, NULL, NULL, NULL, NULL, w.i FROM words w"
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, size.n, size.total, NULL, NULL, NULL FROM size "
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, w.lexemes, NULL, NULL, NULL, NULL, w.i, NULL, NULL FROM words w "
+    "UNION ALL SELECT NULL, d.kind, NULL, NULL, ARRAY[d.lexeme], NULL, NULL, NULL, NULL, NULL, d.rows, NULL "
+    "FROM q, {df} d WHERE d.lexeme = ANY(q.lex) "
+    "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, c.n, c.k, NULL, NULL, t.i "
+    "FROM unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS t(q, i), LATERAL (SELECT COUNT(*) AS n, "
+    "COUNT(*) FILTER (WHERE r.kind = ?) AS k FROM {name} r "
+    f"WHERE (SELECT n FROM size) > {{rows}} AND r.tsv @@ to_tsquery('{CONFIG}', t.q)) c"
 )
+# A big project's rows holding the kept phrases (`?` 1: a tsquery of
+# lexemes, already stems), with where the given lexemes (`?` 2) stand.
+ROWS_SQL = (
+    "SELECT r.seq AS seq, r.kind AS kind, r.expires_at AS expires_at, r.len AS len, "
+    "ARRAY_AGG(u.lexeme) AS lexemes, ARRAY_AGG(ARRAY_TO_STRING(u.positions, ' ')) AS positions, "
+    "ARRAY_AGG(ARRAY_TO_STRING(u.weights, '')) AS columns "
+    "FROM {name} r, unnest(r.tsv) u WHERE r.tsv @@ CAST(? AS tsquery) AND u.lexeme = ANY(CAST(? AS TEXT[])){kind} "
+    "GROUP BY r.seq"
+)
+# The same rows cut to a list's best (all of its terms of one lexeme): BM25
+# computed by the server too (`?` 1-3: each scored term's lexeme, IDF and
+# column, '' for any; 4: the column weights A-D; 5: the tsquery; 6: the
+# average length; 7: the list's length), its rows kept down to the list's
+# last score less a margin (1e-9 relative, where the server's sums differ
+# from FTS5's in the last bits), and only those read: `big_ranking` scores
+# them exactly and keeps the same best rows as if it had read them all.
+SCORED_SQL = (
+    "WITH t AS MATERIALIZED (SELECT t.lexeme, t.col, SUM(t.idf) AS idf FROM unnest(CAST(? AS TEXT[]), "
+    "CAST(? AS FLOAT8[]), CAST(? AS TEXT[])) AS t(lexeme, idf, col) GROUP BY t.lexeme, t.col), "
+    "w AS MATERIALIZED (SELECT CAST(? AS FLOAT8[]) AS w), "
+    "c AS MATERIALIZED (SELECT r.seq, r.len, r.tsv FROM {name} r WHERE r.tsv @@ CAST(? AS tsquery){kind}), "
+    "h AS (SELECT c.seq, c.len, t.idf, SUM(CASE CAST(wt AS TEXT) WHEN 'A' THEN w.w[1] WHEN 'B' THEN w.w[2] "
+    "WHEN 'C' THEN w.w[3] ELSE w.w[4] END) AS f FROM w, c, unnest(c.tsv) u, unnest(u.weights) wt, t "
+    "WHERE u.lexeme = t.lexeme AND (t.col = '' OR CAST(wt AS TEXT) = t.col) GROUP BY c.seq, c.len, t.lexeme, t.col, t.idf), "
+    f"s AS MATERIALIZED (SELECT h.seq, SUM(h.idf * ((h.f * {bm25.K1 + 1.0!r}) / (h.f + {bm25.K1!r} * "
+    f"({1 - bm25.B!r} + {bm25.B!r} * h.len / CAST(? AS FLOAT8))))) AS score FROM h GROUP BY h.seq), "
+    "cut AS (SELECT s.score FROM s ORDER BY s.score DESC OFFSET ? LIMIT 1) "
+    "SELECT r.seq AS seq, r.kind AS kind, r.expires_at AS expires_at, r.len AS len, "
+    "ARRAY_AGG(u.lexeme) AS lexemes, ARRAY_AGG(ARRAY_TO_STRING(u.positions, ' ')) AS positions, "
+    "ARRAY_AGG(ARRAY_TO_STRING(u.weights, '')) AS columns "
+    "FROM s JOIN {name} r ON r.seq = s.seq, unnest(r.tsv) u "
+    "WHERE s.score >= COALESCE((SELECT cut.score FROM cut), 0.0) * (1 - 1e-9) - 1e-12 "
+    "AND u.lexeme = ANY(CAST(? AS TEXT[])) GROUP BY r.seq"
+)
+# The rows holding each phrase of several lexemes that `SEARCH_SQL` did not
+# see as one (a single token PostgreSQL stems into two lexemes).
+PHRASE_COUNT_SQL = (
+    "SELECT t.i AS i, c.n AS n, c.k AS k FROM unnest(CAST(? AS TEXT[])) WITH ORDINALITY AS t(q, i), LATERAL ("
+    "SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE r.kind = ?) AS k FROM {name} r WHERE r.tsv @@ CAST(t.q AS tsquery)) c"
+)
+
+
+def _quoted(lexeme: str) -> str:
+    """A lexeme as tsquery input, taken as it is (no stemming)."""
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def term_query(term: bm25.Term, *, columns: bool = False) -> str:
+    """A term as a tsquery of its lexemes: adjacent when several, and with
+    `columns` within one column (FTS5's phrase never spans two)."""
+    joined = " <-> ".join(_quoted(lex) for lex in term.lexemes)
+    if not columns or len(term.lexemes) == 1:
+        return joined if len(term.lexemes) == 1 else f"({joined})"
+    return " | ".join("(" + " <-> ".join(f"{_quoted(lex)}:{w}" for lex in term.lexemes) + ")" for w in "ABCD")
+
+
+def phrase_query(text: str) -> str:
+    """A phrase of several tokens as `to_tsquery` input that matches its
+    tokens adjacent within one column (what FTS5 counts for it)."""
+    quoted = lexeme(text, False)
+    assert quoted is not None
+    return " | ".join(f"({quoted}:{w})" for w in "ABCD")
 
 
 def _terms(phrases: Sequence[Phrase], stems: dict[str, tuple[str, ...]]) -> list[bm25.Term | None]:
@@ -589,6 +724,122 @@ def exact_ranking(
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 
+
+
+# fetch(terms, every, scored, limit): the rows (of the kind asked for)
+# holding any (every) one of `terms`; at least those of the best `limit` by
+# the BM25 of `scored`, or all of them.
+Fetch = Callable[[Sequence[bm25.Term], bool, Sequence[bm25.Term], int], Awaitable[list[bm25.Row]]]
+
+
+async def big_ranking(
+    plan: QueryPlan,
+    terms: Sequence[bm25.Term | None],
+    kind_term: bm25.Term | None,
+    counts: dict[str, int],
+    hits: dict[bm25.Term, int],
+    table_rows: int,
+    table_tokens: int,
+    weights: dict[str, float],
+    wanted: int,
+    fetch: Fetch,
+) -> list[tuple[int, float]]:
+    """What `SqliteFtsIndex._ranked` returns for a project too big to read
+    whole, best first, from the inputs FTS5 itself uses: `counts`, each
+    phrase's rows (of the kind asked for, if any; capped at COMMON_ROWS + 1
+    as SQLite caps them), `hits`, each term's rows in the whole table (its
+    IDF; the kind term's are the kind's rows), the table's rows and tokens.
+    `fetch` gives the rows (of the kind asked for) holding any, or every,
+    one of the terms (a superset will do: a row holding none is dropped
+    here; and of those, any that hold the best `limit`); only the phrases
+    SQLite's pruning keeps are fetched."""
+    weight = max(1, plan.original_weight)
+    pairs = list(zip(plan.phrases, terms))
+    by_text = {p.text: t for p, t in pairs}
+    head = [kind_term] if kind_term is not None else []
+
+    def present(phrases: Sequence[Phrase]) -> list[bm25.Term]:
+        return [t for t in (by_text[p.text] for p in phrases) if t is not None]
+
+    async def ranked(
+        phrase_terms: list[bm25.Term], limit: int, every: bool = False, scored: list[bm25.Term] | None = None
+    ) -> list[tuple[int, float]]:
+        """BM25 of `scored` (default: the kind term and `phrase_terms`) over
+        the rows holding any (every) one of `phrase_terms`, the best `limit`."""
+        if not phrase_terms:
+            return []
+        wanted_terms = set(phrase_terms)
+        frequencies: dict[int, dict[bm25.Term, float]] = {}
+        holding = []
+        for row in await fetch(phrase_terms, every, scored or head + phrase_terms, limit):
+            weighted: dict[bm25.Term, float] = {}
+            for term in wanted_terms | set(head):
+                count, f = bm25.instances(term, row, weights)
+                if count:
+                    weighted[term] = f
+            held = wanted_terms.intersection(weighted)
+            if held == wanted_terms if every else held:
+                holding.append(row)
+                frequencies[row.seq] = weighted
+        found = bm25.scores(scored or head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
+        return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+    everything = 0
+    if table_rows > wanted:
+        everything = sum(counts.get(p.text, 0) for p in plan.phrases)
+        if not everything:
+            return []
+    if table_rows <= wanted or everything <= wanted:
+        # Every matching row fits in one answer: one ranking, the agent's
+        # words repeated original_weight times, divided by that weight.
+        whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
+        best = await ranked([t for _, t in pairs if t is not None], wanted, scored=whole)
+        return [(seq, score / weight) for seq, score in best]
+    pruned = Pruned(plan.originals, plan.expansions, False)
+    if max(counts.values()) > COMMON_ROWS:
+        pruned = prune(plan, counts)
+    originals = await ranked(present(pruned.originals), wanted, pruned.require_all)
+    if pruned.require_all and len(originals) < wanted:
+        originals = await ranked(present(pruned.originals), wanted)  # too few rows hold every word: any of them
+    expansions = await ranked(present(pruned.expansions), wanted) if pruned.expansions else []
+    fused = fuse(originals, expansions, weight)
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
+
+
+# An entry's index row and its counts, in one statement: the row (nothing if
+# it is there already: `add` then takes the old one out first), the
+# project's size row (locked first, so the writers of one project's counts
+# take their turns and never deadlock over its lexemes), then one count per
+# distinct lexeme of the row and its kind, in the lexemes' order.
+ADD_SQL = (
+    "WITH new AS (INSERT INTO {name} (seq, kind, expires_at, tsv) VALUES (?, ?, ?, " + VECTOR + ") "
+    "ON CONFLICT (seq) DO NOTHING RETURNING kind, tsv, len), "
+    f"size AS (UPDATE {SIZES} s SET rows = s.rows + 1, tokens = s.tokens + new.len FROM new "
+    "WHERE s.project_id = ? RETURNING s.rows), "
+    "df AS (INSERT INTO {df} AS d (lexeme, kind, rows) SELECT u.lexeme, new.kind, 1 FROM size, new, "
+    "unnest(tsvector_to_array(new.tsv)) u(lexeme) ORDER BY u.lexeme "
+    "ON CONFLICT (lexeme, kind) DO UPDATE SET rows = d.rows + 1 RETURNING 1) "
+    "SELECT (SELECT COUNT(*) FROM size) AS added, (SELECT COUNT(*) FROM df) AS lexemes"
+)
+# Taking a row out: the row and the project's size row (its lock, as above)
+# in one statement, which returns the row's lexemes ...
+REMOVE_SQL = (
+    "WITH old AS (DELETE FROM {name} WHERE seq = ? RETURNING kind, tsv, len), "
+    f"size AS (UPDATE {SIZES} s SET rows = s.rows - 1, tokens = s.tokens - old.len FROM old "
+    "WHERE s.project_id = ? RETURNING s.rows) "
+    "SELECT old.kind AS kind, tsvector_to_array(old.tsv) AS lexemes FROM old, size"
+)
+# ... then their counts, less one (a count of one goes), in a statement of
+# its own: it starts after the size row's lock was taken, so no other writer
+# of the project's counts runs between its snapshot and its changes.
+UNCOUNT_SQL = (
+    "WITH l AS (SELECT unnest(CAST(? AS TEXT[])) AS lexeme), "
+    "gone AS (DELETE FROM {df} d USING l WHERE d.lexeme = l.lexeme AND d.kind = ? AND d.rows <= 1 RETURNING 1), "
+    "less AS (UPDATE {df} d SET rows = d.rows - 1 FROM l WHERE d.lexeme = l.lexeme AND d.kind = ? AND d.rows > 1 "
+    "RETURNING 1) SELECT (SELECT COUNT(*) FROM gone) AS gone, (SELECT COUNT(*) FROM less) AS less"
+)
+
+
 class PostgresFtsIndex:
     def __init__(self, tx: Any) -> None:
         self.tx = tx
@@ -603,20 +854,32 @@ class PostgresFtsIndex:
             f"len INTEGER GENERATED ALWAYS AS ({TOKENS_FUNCTION}(tsv)) STORED)"
         )
         await self.tx.run(f"CREATE INDEX IF NOT EXISTS {name}_tsv ON {name} USING gin (tsv)")
-
-    async def add(self, entry: Entry) -> None:
-        evidence = entry.evidence or ""
         await self.tx.run(
-            f"INSERT INTO {table(entry.project_id)} (seq, kind, expires_at, tsv) VALUES (?, ?, ?, {VECTOR}) "
-            "ON CONFLICT (seq) DO UPDATE SET kind = excluded.kind, expires_at = excluded.expires_at, tsv = excluded.tsv",
-            entry.seq,
-            entry.kind,
-            entry.expires_at,
-            *_columns(entry.statement, entry.evidence, entry.kind),
+            f"CREATE TABLE IF NOT EXISTS {df_table(project_id)} "
+            "(lexeme TEXT NOT NULL, kind TEXT NOT NULL, rows INTEGER NOT NULL, PRIMARY KEY (lexeme, kind))"
+        )
+        await self.tx.run(
+            f"INSERT INTO {SIZES} (project_id, rows, tokens) VALUES (?, 0, 0) ON CONFLICT (project_id) DO NOTHING",
+            project_id,
         )
 
+    async def add(self, entry: Entry) -> None:
+        sql = ADD_SQL.format(name=table(entry.project_id), df=df_table(entry.project_id))
+        args = (entry.seq, entry.kind, entry.expires_at, *_columns(entry.statement, entry.evidence, entry.kind), entry.project_id)
+        row = await self.tx.one(sql, *args)
+        if row is not None and int(row["added"]):
+            return
+        # Indexed already (a re-add): its old counts out, then the new row in.
+        await self.remove(entry)
+        row = await self.tx.one(sql, *args)
+        assert row is not None and int(row["added"]), "the recall index of the project is missing its size row"
+
     async def remove(self, entry: Entry) -> None:
-        await self.tx.run(f"DELETE FROM {table(entry.project_id)} WHERE seq = ?", entry.seq)
+        old = await self.tx.one(REMOVE_SQL.format(name=table(entry.project_id)), entry.seq, entry.project_id)
+        if old is None:
+            return  # not indexed
+        sql = UNCOUNT_SQL.format(df=df_table(entry.project_id))
+        await self.tx.one(sql, list(old["lexemes"] or ()), old["kind"], old["kind"])
 
     async def search(
         self,
@@ -633,19 +896,17 @@ class PostgresFtsIndex:
         groups = _groups(plan)
         if not groups:
             return []
-        ranked = _Ranked(table(project_id), groups, ranking, kind, now)
         # A few more candidates than asked, as on SQLite, so the kind-hint
         # boost can lift an entry ranked just below the cut.
         wanted = max(limit, min(ranking.candidates, limit * 3))
         phrases = tuple(p for p in plan.phrases if lexeme(p.text, p.prefix) is not None)
+        if not any(p.prefix for p in phrases):
+            exact = await self._exact(project_id, plan, phrases, ranking, kind, limit, wanted, now)
+            return rerank(exact, plan, ranking, limit)
+        # Prefix phrases (not recall's ranking: `Ranking.prefix`) are ranked
+        # by ts_rank over a candidate set picked with the table's statistics.
+        ranked = _Ranked(table(project_id), groups, ranking, kind, now)
         stats, current = await _table_stats(self.tx, ranked.name)
-        key = (getattr(self.tx, "cache_key", None) or "", ranked.name)
-        if stats.rows <= CANDIDATE_ROWS and not any(p.prefix for p in phrases) and _big.get(key) != stats.token:
-            exact = await self._exact(ranked.name, plan, phrases, ranking, kind, limit, wanted, now)
-            if exact is not None:
-                return rerank(exact, plan, ranking, limit)
-            if getattr(self.tx, "cache_key", None) is not None:
-                _remember(_big, key, stats.token, STATS_TABLES)
         candidates = await self._candidates(ranked, phrases, stats, None if current else stats.token, wanted)
         if candidates is None:  # the cached statistics are out of date: read them, start over
             stats, _ = await _table_stats(self.tx, ranked.name, cached=False)
@@ -654,44 +915,141 @@ class PostgresFtsIndex:
         return rerank(candidates, plan, ranking, limit)
 
     async def _exact(
-        self, name: str, plan: QueryPlan, phrases: tuple[Phrase, ...], ranking: Ranking, kind: str | None,
+        self, project_id: int, plan: QueryPlan, phrases: tuple[Phrase, ...], ranking: Ranking, kind: str | None,
         limit: int, wanted: int, now: float,
-    ) -> list[Candidate] | None:
-        """A table of at most `CANDIDATE_ROWS` rows, ranked as SQLite ranks
-        it (FTS5's bm25, `exact_ranking`); None when the table is bigger than
-        its statistics said (it is then ranked by ts_rank, `_candidates`)."""
+    ) -> list[Candidate]:
+        """The project ranked as SQLite ranks it (FTS5's bm25): a table of at
+        most `CANDIDATE_ROWS` rows read whole in one statement
+        (`exact_ranking`), a bigger one from its counts and the rows of the
+        phrases SQLite's pruning keeps (`big_ranking`)."""
+        name = table(project_id)
         words = sorted({t for p in phrases for t in bm25.tokens(p.text)} | ({kind} if kind else set()))
         query = " | ".join(q for q in (lexeme(p.text, False) for p in phrases) if q is not None)
-        sql = EXACT_SQL.format(name=name, most=CANDIDATE_ROWS + 1, rows=CANDIDATE_ROWS)
-        records = await self.tx.all(sql, [bm25.document(w) for w in words], query, kind)
-        size = next(r for r in records if r["seq"] is None and r["i"] is None)
-        if int(size["n"]) > CANDIDATE_ROWS:
-            return None
+        multi = [p.text for p in phrases if len(bm25.tokens(p.text)) > 1]
+        sql = SEARCH_SQL.format(name=name, df=df_table(project_id), rows=CANDIDATE_ROWS)
+        records = await self.tx.all(
+            sql, [bm25.document(w) for w in words], query, project_id, [phrase_query(m) for m in multi], kind
+        )
+        size = next((r for r in records if r["n"] is not None and r["p"] is None), None)
+        if size is None or not int(size["n"]):
+            return []
+        table_rows, table_tokens = int(size["n"]), int(size["total"])
         stems = {words[int(r["i"]) - 1]: tuple(r["lexemes"] or ()) for r in records if r["i"] is not None}
+        df: dict[tuple[str, str], int] = {
+            (str(r["lexemes"][0]), str(r["kind"])): int(r["df"]) for r in records if r["df"] is not None
+        }
         plan = replace(plan, phrases=phrases)
         terms = _terms(phrases, stems)
         kind_term = bm25.Term(stems[kind][:1], "C") if kind and stems.get(kind) else None
-        rows = [_row(r) for r in records if r["seq"] is not None]
-        if not rows:
-            return []
+        # Every row of a kind holds that kind's word (its kind column).
+        kind_rows = df.get((kind_term.lexemes[0], kind), 0) if kind_term is not None and kind else 0
         weights = dict(zip("DCBA", (float(w) for w in (
             ranking.aliases_weight, ranking.kind_weight, ranking.evidence_weight, ranking.statement_weight))))
-        args = (plan, terms, kind, kind_term, rows, int(size["n"]), int(size["total"]), int(size["kinds"]), weights)
-        by_seq = {r.seq: r for r in rows}
+        seen: dict[int, bm25.Row] = {}
+        rank: Callable[[int], Awaitable[list[tuple[int, float]]]]
+        if table_rows <= CANDIDATE_ROWS:
+            rows = [_row(r) for r in records if r["seq"] is not None]
+            if not rows:
+                return []
+            seen = {r.seq: r for r in rows}
+            args = (plan, terms, kind, kind_term, rows, table_rows, table_tokens, kind_rows, weights)
+
+            async def small(wanted: int) -> list[tuple[int, float]]:
+                return exact_ranking(*args, wanted)
+
+            rank = small
+        else:
+            counted = {str(multi[int(r["p"]) - 1]): (int(r["n"]), int(r["total"])) for r in records if r["p"] is not None}
+            rank = await self._big(project_id, plan, terms, kind, kind_term, kind_rows, df, counted,
+                                   table_rows, table_tokens, weights, seen)
 
         def live(seq: int) -> bool:
-            expires = by_seq[seq].expires_at
+            expires = seen[seq].expires_at
             return expires is None or expires > now
 
         # As SQLite does: expired entries leave recall at once but the index
         # only at the sweep; if they crowded the top, look further down once.
         for attempt in range(2):
-            hits = exact_ranking(*args, wanted)
+            hits = await rank(wanted)
             found = [(seq, score) for seq, score in hits if live(seq)]
             if len(found) >= min(limit, len(hits)) or len(hits) < wanted or attempt:
                 break
             wanted *= 8
-        return [Candidate(seq, score, by_seq[seq].kind) for seq, score in found]
+        return [Candidate(seq, score, seen[seq].kind) for seq, score in found]
+
+    async def _big(
+        self, project_id: int, plan: QueryPlan, terms: list[bm25.Term | None], kind: str | None,
+        kind_term: bm25.Term | None, kind_rows: int, df: dict[tuple[str, str], int],
+        counted: dict[str, tuple[int, int]], table_rows: int, table_tokens: int, weights: dict[str, float],
+        seen: dict[int, bm25.Row],
+    ) -> Callable[[int], Awaitable[list[tuple[int, float]]]]:
+        """`big_ranking` with this project's inputs: each term's rows from the
+        counts (a term of several lexemes counted by `SEARCH_SQL`, or here),
+        and a `fetch` that reads the rows of the terms it is asked for once
+        (into `seen`)."""
+        name = table(project_id)
+        table_hits: dict[bm25.Term, int] = {}
+        scoped: dict[bm25.Term, int] = {}
+        uncounted: list[bm25.Term] = []
+        for phrase, term in zip(plan.phrases, terms):
+            if term is None or term in table_hits:
+                continue
+            if len(term.lexemes) == 1:
+                (lex,) = term.lexemes
+                table_hits[term] = sum(n for (l, _), n in df.items() if l == lex)
+                scoped[term] = df.get((lex, kind), 0) if kind else table_hits[term]
+            elif phrase.text in counted:
+                table_hits[term], k = counted[phrase.text]
+                scoped[term] = k if kind else table_hits[term]
+            else:
+                uncounted.append(term)
+        if uncounted:  # a token stemmed into several lexemes: counted now
+            sql = PHRASE_COUNT_SQL.format(name=name)
+            for r in await self.tx.all(sql, [term_query(t, columns=True) for t in uncounted], kind):
+                term = uncounted[int(r["i"]) - 1]
+                table_hits[term] = int(r["n"])
+                scoped[term] = int(r["k"]) if kind else int(r["n"])
+        if kind_term is not None:
+            table_hits[kind_term] = kind_rows
+        counts = {p.text: min(scoped[t], COMMON_ROWS + 1) if t is not None else 0 for p, t in zip(plan.phrases, terms)}
+        fetched: dict[tuple[Any, ...], list[bm25.Row]] = {}
+        kind_filter = " AND r.kind = ?" if kind else ""
+        sql = ROWS_SQL.format(name=name, kind=kind_filter)
+        head = list(kind_term.lexemes) if kind_term is not None else []
+
+        scored_sql = SCORED_SQL.format(name=name, kind=kind_filter)
+        weight_list = [weights.get(c, 1.0) for c in "ABCD"]
+        avgdl = table_tokens / table_rows if table_rows else 1.0
+
+        async def fetch(
+            wanted_terms: Sequence[bm25.Term], every: bool, scored: Sequence[bm25.Term], limit: int
+        ) -> list[bm25.Row]:
+            single = all(len(t.lexemes) == 1 for t in (*wanted_terms, *scored))
+            key = (frozenset(wanted_terms), every, tuple(scored) if single else (), limit if single else 0)
+            if key not in fetched:
+                unique = sorted(key[0], key=lambda t: t.lexemes)
+                query = (" & " if every else " | ").join(term_query(t) for t in unique)
+                lexemes = sorted({lex for t in unique for lex in t.lexemes} | set(head))
+                if single:
+                    # The server's BM25 cuts the rows to the list's best first.
+                    idf = [bm25.idf(table_rows, table_hits.get(t, 0)) for t in scored]
+                    records = await self.tx.all(
+                        scored_sql, [t.lexemes[0] for t in scored], idf, [t.column or "" for t in scored],
+                        weight_list, query, *([kind] if kind else []), avgdl, max(0, limit - 1), lexemes,
+                    )
+                else:
+                    records = await self.tx.all(sql, query, lexemes, *([kind] if kind else []))
+                rows = [_row(r) for r in records]
+                for row in rows:
+                    seen.setdefault(row.seq, row)
+                fetched[key] = rows
+            return fetched[key]
+
+        async def rank(wanted: int) -> list[tuple[int, float]]:
+            return await big_ranking(plan, terms, kind_term, counts, table_hits, table_rows, table_tokens,
+                                     weights, wanted, fetch)
+
+        return rank
 
     async def _candidates(
         self, ranked: _Ranked, phrases: tuple[Phrase, ...], stats: TableStats, expected: str | None, wanted: int

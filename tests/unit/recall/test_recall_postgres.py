@@ -22,11 +22,16 @@ import pytest
 
 from gateway.hub import Hub
 from gateway.knowledge.model import Principal
-from gateway.recall.search import DEFAULT_RANKING, Candidate, Phrase, plan_query, rerank
+from dataclasses import replace
+
+from gateway.recall.search import DEFAULT_RANKING, Candidate, Phrase, Ranking, plan_query, rerank
 from gateway.store import search_postgres as sp
 from tests.conftest import ProjectTokens
 
 NOW = 1_800_000_000.0
+# Prefix phrases are the one thing still ranked by ts_rank over a candidate
+# set picked with the table's statistics: the tests of that path use them.
+PREFIX = replace(DEFAULT_RANKING, name="prefix", prefix=True)
 
 
 def _phrases(*items: tuple[str, int]) -> tuple[Phrase, ...]:
@@ -116,10 +121,7 @@ async def _bulk(hub: Hub, project_id: int, count: int, *, analyze: bool = True, 
         written = await q.tx.all(
             "SELECT seq, statement, kind FROM entries WHERE project_id = ? AND id LIKE ?", project_id, f"kn_{prefix}_%"
         )
-        await q.tx.run_many(
-            f"INSERT INTO {sp.table(project_id)} (seq, kind, expires_at, tsv) VALUES (?, ?, NULL, {sp.VECTOR})",
-            [(r["seq"], r["kind"], r["statement"], "", r["kind"], "") for r in written],
-        )
+        await sp.add_many(q.tx, project_id, [(r["seq"], r["kind"], None, r["statement"], None) for r in written])
         if not analyze:  # and autovacuum must not do it behind the test's back
             await q.tx.run(f"ALTER TABLE {sp.table(project_id)} SET (autovacuum_enabled = false)")
 
@@ -137,17 +139,19 @@ async def _trusted(hub: Hub, slug: str, kind: str, statement: str) -> str:
 
 
 async def _every_match(hub: Hub, project_id: int, query: str, kind: str | None, limit: int) -> list[tuple[int, float]]:
-    """The reference: rank every matching row, as the index did before."""
-    plan = plan_query(query)
+    """The reference of the ts_rank path: rank every matching row."""
+    plan = plan_query(query, PREFIX)
     groups = sp._groups(plan)
-    ranked = sp._Ranked(sp.table(project_id), groups, DEFAULT_RANKING, kind, NOW)
+    ranked = sp._Ranked(sp.table(project_id), groups, PREFIX, kind, NOW)
     wanted = max(limit, min(60, limit * 3))
     candidates = await hub.driver.read(lambda q: ranked.best(q.tx, [ranked.matching()], wanted))
-    return rerank(candidates, plan, None, limit)
+    return rerank(candidates, plan, PREFIX, limit)
 
 
-async def _search(hub: Hub, project_id: int, query: str, kind: str | None = None, limit: int = 10) -> list[tuple[int, float]]:
-    return await hub.driver.read(lambda q: q.index.search(project_id, query, kind, limit, NOW))
+async def _search(
+    hub: Hub, project_id: int, query: str, kind: str | None = None, limit: int = 10, ranking: Ranking | None = None
+) -> list[tuple[int, float]]:
+    return await hub.driver.read(lambda q: q.index.search(project_id, query, kind, limit, NOW, ranking=ranking))
 
 
 QUESTIONS = ["why do deploy logs drop a line at midnight?", "stdout", "service build 7", "rotate logs", "nothing matches zzzq"]
@@ -181,16 +185,29 @@ async def test_a_small_project_is_ranked_whole_by_fts5s_bm25(hub: Hub, acme: Pro
 
 
 @pytestmark_pg
-async def test_a_big_project_without_statistics_is_ranked_whole(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
+async def test_a_big_project_without_statistics_is_ranked_whole_by_prefix(hub: Hub, acme: ProjectTokens) -> None:
     project = await hub.accounts.project("acme")
     await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3, analyze=False)
     for question in QUESTIONS:
-        assert await _search(hub, project.id, question) == await _every_match(hub, project.id, question, None, 10)
-    # Its statistics say nothing of its size (reltuples -1): the first search
-    # tried it as a small table, found it big, and the next ones do not try.
+        assert await _search(hub, project.id, question, ranking=PREFIX) == await _every_match(hub, project.id, question, None, 10)
+
+
+@pytestmark_pg
+async def test_a_big_project_is_ranked_by_bm25_in_two_statements(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
+    """Past CANDIDATE_ROWS: the counts and stems in one statement, the rows
+    of the phrases SQLite keeps in one more per ranked list."""
+    project = await hub.accounts.project("acme")
+    await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3, analyze=False)
+    rare = await _seq(hub, await _trusted(hub, "acme", "pitfall", RARE))
     sent = _count_round_trips(monkeypatch)
-    await _search(hub, project.id, "rotate logs")
-    assert sum(1 for sql in sent if "unnest(r.tsv)" in sql) == 0, sent
+    found = await _search(hub, project.id, "why do deploy logs drop a line at midnight?")
+    assert found[0][0] == rare
+    inner = [sql for sql in sent if sql not in ("COMMIT;",) and not sql.startswith("BEGIN")]
+    # The counts, then the rows of the agent's words and of the synonyms.
+    assert len(inner) == 3 and "recall_sizes" in inner[0] and all(q.startswith(("SELECT r.seq", "WITH t AS")) for q in inner[1:]), sent
+    sent.clear()
+    assert (await _search(hub, project.id, "midnight", "pitfall"))[0][0] == rare
+    assert len([sql for sql in sent if "recall_" in sql]) == 2, sent
 
 
 @pytestmark_pg
@@ -202,21 +219,21 @@ async def test_a_big_project_ranks_the_rows_of_its_rare_words(hub: Hub, acme: Pr
     chosen: list[Any] = []
     real_select = sp.select
     monkeypatch.setattr(sp, "select", lambda *a, **k: chosen.append(real_select(*a, **k)) or chosen[-1])
-    reader = await hub.accounts.authenticate(acme.reader)
 
+    seq = await _seq(hub, rare)
     for kind in (None, "pitfall"):
-        _, results = await hub.recall.recall(reader, "why do deploy logs drop a line at midnight?", kind, 5)
-        assert results[0][0].id == rare
+        results = await _search(hub, project.id, "why do deploy logs drop a line at midnight?", kind, 5, PREFIX)
+        assert results[0][0] == seq
     assert chosen and chosen[-1] is not None and "midnight" in [p.text for p in chosen[-1].rare]
 
     # Every word common: the rows holding all of them (and the newest) still answer.
-    _, common = await hub.recall.recall(reader, "deploy logs stdout", None, 5)
-    assert len(common) == 5 and all("stdout" in e.statement for e, _ in common)
+    common = await _search(hub, project.id, "deploy logs stdout", None, 5, PREFIX)
+    assert len(common) == 5
     assert chosen[-1] is not None and chosen[-1].now
 
     # A word in no row, counted as rare by the estimate: the common words fill the list, below it.
-    _, filled = await hub.recall.recall(reader, "midnight zzzqx logs", None, 10)
-    assert filled[0][0].id == rare and len(filled) == 10
+    filled = await _search(hub, project.id, "midnight zzzqx logs", None, 10, PREFIX)
+    assert filled[0][0] == seq and len(filled) == 10
     assert [s for _, s in filled] == sorted((s for _, s in filled), reverse=True)
 
 
@@ -226,8 +243,8 @@ async def test_a_big_project_with_a_question_of_rare_words_is_ranked_whole(hub: 
     await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3)
     await _trusted(hub, "acme", "pitfall", RARE)
     await hub.driver.write(lambda q: q.tx.run(f"ANALYZE {sp.table(project.id)}"))
-    for question in ("midnight rotation", "2999 1500", "line"):
-        assert await _search(hub, project.id, question) == await _every_match(hub, project.id, question, None, 10)
+    for question in ("midnight rotation", "rotate", "midnight"):  # words of five letters or more: prefixes
+        assert await _search(hub, project.id, question, ranking=PREFIX) == await _every_match(hub, project.id, question, None, 10)
 
 
 # -- fewer round trips: cached statistics, one transaction, one statement each ------------
@@ -412,7 +429,7 @@ async def test_cached_statistics_follow_the_table_as_it_grows(hub: Hub, acme: Pr
     await _bulk(hub, project.id, sp.CANDIDATE_ROWS // 2)
     rare = await _trusted(hub, "acme", "pitfall", RARE)
     question = "why do deploy logs drop a line at midnight?"
-    assert (await _search(hub, project.id, question))[0][0] == await _seq(hub, rare)
+    assert (await _search(hub, project.id, question, ranking=PREFIX))[0][0] == await _seq(hub, rare)
     cached = sp._stats[(hub.driver.cache_key, sp.table(project.id))][1]
     assert cached.rows <= sp.CANDIDATE_ROWS and cached.shares is None  # small: ranked whole, no statistics read
 
@@ -420,19 +437,19 @@ async def test_cached_statistics_follow_the_table_as_it_grows(hub: Hub, acme: Pr
     real_select = sp.select
     monkeypatch.setattr(sp, "select", lambda *a, **k: chosen.append(real_select(*a, **k)) or chosen[-1])
     await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3, prefix="more")  # and ANALYZE
-    after = await _search(hub, project.id, question)
+    after = await _search(hub, project.id, question, ranking=PREFIX)
     assert chosen and chosen[-1] is not None  # the rows of the rare words, not every match
     sp.forget()
-    assert await _search(hub, project.id, question) == after
+    assert await _search(hub, project.id, question, ranking=PREFIX) == after
     assert after[0][0] == await _seq(hub, rare)
 
     # Past STATS_SECONDS the statistics are read again, checked or not.
     statements = _count_round_trips(monkeypatch)
-    await _search(hub, project.id, question)
+    await _search(hub, project.id, question, ranking=PREFIX)
     assert not any("pg_stats" in s for s in statements)
     later = sp._clock() + sp.STATS_SECONDS + 1
     monkeypatch.setattr(sp, "_clock", lambda: later)
-    await _search(hub, project.id, question)
+    await _search(hub, project.id, question, ranking=PREFIX)
     assert sum("pg_stats" in s for s in statements) == 1
 
 
