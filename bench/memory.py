@@ -42,7 +42,6 @@ sys.path.insert(0, str(ROOT))
 from gateway.core.clock import SystemClock  # noqa: E402
 from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
-from gateway.recall.search import identifier_parts  # noqa: E402
 from gateway.knowledge.trust import normalise_statement  # noqa: E402
 
 TARGET_MB = 200
@@ -199,11 +198,7 @@ async def load_entries(database_url: str, count: int, seed: int = 7) -> float:
                     [(first + i, f"kn_mem_{first + i}", project.id, kind, text, normalise_statement(text), now, now)
                      for i, (text, kind) in enumerate(rows)],
                 )
-                table = q.index.table(project.id)
-                await q.tx.run_many(
-                    f"INSERT INTO {table} (rowid, statement, evidence, kind, aliases) VALUES (?, ?, '', ?, ?)",
-                    [(first + i, text, kind, identifier_parts(text)) for i, (text, kind) in enumerate(rows)],
-                )
+                await q.index.add_many(project.id, [(first + i, kind, None, text, None) for i, (text, kind) in enumerate(rows)])
 
             await hub.driver.write(unit)
             done += n

@@ -43,7 +43,6 @@ from gateway.core.clock import ManualClock  # noqa: E402
 from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
 from gateway.knowledge.model import Principal  # noqa: E402
-from gateway.recall.search import identifier_parts  # noqa: E402
 from gateway.knowledge.trust import normalise_statement  # noqa: E402
 
 BATCH = 20_000
@@ -137,19 +136,10 @@ async def add_trusted(hub: Hub, project_id: int, count: int, text: Text, now: fl
                 "VALUES (?, ?, ?, ?, ?, ?, 'trusted', ?, 'bench', 'learn', NULL, ?, 'owner:bench', NULL)",
                 [(f"kn_bench_{first + i}", project_id, kind, s, e, norm, now, now) for i, (s, e, kind, norm) in enumerate(rows)],
             )
-            if q.tx.dialect == "postgres":
-                # The identity column numbers the rows; index what was just
-                # written, with its counts, as the index itself does.
-                from gateway.store.search_postgres import add_many
-
-                written = await q.tx.all("SELECT seq, statement, evidence, kind FROM entries WHERE project_id = ? AND seq >= ?", project_id, first)
-                await add_many(q.tx, project_id, [(r["seq"], r["kind"], None, r["statement"], r["evidence"]) for r in written])
-                return
-            table = q.index.table(project_id)
-            await q.tx.run_many(
-                f"INSERT INTO {table} (rowid, statement, evidence, kind, aliases) VALUES (?, ?, ?, ?, ?)",
-                [(first + i, s, e or "", kind, identifier_parts(f"{s} {e or ''}")) for i, (s, e, kind, _) in enumerate(rows)],
-            )
+            # The identity column numbers the rows; index what was just
+            # written, as the index itself does (its counts too, on PostgreSQL).
+            written = await q.tx.all("SELECT seq, statement, evidence, kind FROM entries WHERE project_id = ? AND seq >= ?", project_id, first)
+            await q.index.add_many(project_id, [(r["seq"], r["kind"], None, r["statement"], r["evidence"]) for r in written])
 
         await hub.driver.write(unit)
         done += n

@@ -9,7 +9,7 @@ that moves the entry (`Queries.set_state`).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.store.fts_counts import Key, PhraseCounts
@@ -39,14 +39,24 @@ class SearchIndex(Protocol):
 
     async def remove(self, entry: Entry) -> None: ...
 
+    async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None: ...
+
     async def search(
         self, project_id: int, query: str, kind: str | None, limit: int, now: float
     ) -> list[tuple[int, float]]: ...
 
 
+# (seq, kind, expires_at, statement, evidence) of an entry to index in bulk.
+IndexRow = tuple[int, str, Optional[float], str, Optional[str]]
+
+
+def _values(statement: str, evidence: str | None, kind: str) -> tuple[str, str, str, str]:
+    evidence = evidence or ""
+    return statement, evidence, kind, identifier_parts(f"{statement} {evidence}")
+
+
 def _row(entry: Entry) -> tuple[str, str, str, str]:
-    evidence = entry.evidence or ""
-    return entry.statement, evidence, entry.kind, identifier_parts(f"{entry.statement} {evidence}")
+    return _values(entry.statement, entry.evidence, entry.kind)
 
 
 class SqliteFtsIndex:
@@ -75,6 +85,14 @@ class SqliteFtsIndex:
             f"INSERT INTO {self.table(entry.project_id)} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?, ?)",
             entry.seq,
             *_row(entry),
+        )
+
+    async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None:
+        """Index many entries of one project at once, none indexed yet (the
+        bulk loaders of the benches and tests; the values are `add`'s)."""
+        await self.tx.run_many(
+            f"INSERT INTO {self.table(project_id)} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+            [(seq, *_values(statement, evidence, kind)) for seq, kind, _, statement, evidence in rows],
         )
 
     async def remove(self, entry: Entry) -> None:

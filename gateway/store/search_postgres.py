@@ -724,8 +724,6 @@ def exact_ranking(
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 
-
-
 # fetch(terms, every, scored, limit): the rows (of the kind asked for)
 # holding any (every) one of `terms`; at least those of the best `limit` by
 # the BM25 of `scored`, or all of them.
@@ -873,6 +871,9 @@ class PostgresFtsIndex:
         await self.remove(entry)
         row = await self.tx.one(sql, *args)
         assert row is not None and int(row["added"]), "the recall index of the project is missing its size row"
+
+    async def add_many(self, project_id: int, rows: Sequence[tuple[int, str, float | None, str, str | None]]) -> None:
+        await add_many(self.tx, project_id, rows)
 
     async def remove(self, entry: Entry) -> None:
         old = await self.tx.one(REMOVE_SQL.format(name=table(entry.project_id)), entry.seq, entry.project_id)

@@ -329,10 +329,7 @@ async def test_a_big_project_sets_common_words_aside_and_still_finds_the_rare_an
             "created_via, promoted_at, promoted_by) VALUES (?, ?, ?, ?, NULL, ?, 'trusted', ?, 'bulk-loader', 'learn', ?, 'owner:olivia')",
             [(f"kn_bulk_{i}", project.id, kind, s, s.casefold(), now, now) for i, (s, kind) in enumerate(rows)],
         )
-        await q.tx.run_many(
-            f"INSERT INTO {q.index.table(project.id)} (rowid, statement, evidence, kind, aliases) VALUES (?, ?, '', ?, ?)",
-            [(first + i, s, kind, identifier_parts(s)) for i, (s, kind) in enumerate(rows)],
-        )
+        await q.index.add_many(project.id, [(first + i, kind, None, s, None) for i, (s, kind) in enumerate(rows)])
 
     await hub.driver.write(bulk)
     rare = await _trusted(hub, "acme", [("pitfall", "Deploy logs rotate at midnight and drop the last line.")])

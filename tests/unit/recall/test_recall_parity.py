@@ -27,6 +27,7 @@ from gateway.core.config import Config
 from gateway.hub import Hub
 from gateway.knowledge.model import Principal
 from gateway.recall.search import LADDER, Ranking
+from tests.support.ranking_parity import difference
 
 NOW = 1_800_000_000.0
 LIMIT = 20
@@ -96,12 +97,6 @@ async def sides(request: Any, tmp_path: Path) -> AsyncIterator[tuple[Side, Side]
             await pg.hub.stop()
 
 
-def _same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
-    return [n for n, _ in a] == [n for n, _ in b] and all(
-        math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for (_, x), (_, y) in zip(a, b)
-    )
-
-
 @pytest.mark.postgres
 async def test_both_stores_rank_and_recall_the_evaluation_set_alike(sides: tuple[Side, Side]) -> None:
     lite, pg = sides
@@ -115,9 +110,9 @@ async def test_both_stores_rank_and_recall_the_evaluation_set_alike(sides: tuple
                 a = await lite.search(slug, query.text, kind, ranking)
                 b = await pg.search(slug, query.text, kind, ranking)
                 asked += 1
-                if not _same(a, b):
-                    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x[0] != y[0] or not _same([x], [y])), min(len(a), len(b)))
-                    differ.append((query.text, ranking.name, kind, len(a), len(b), a[max(0, at - 1):at + 2], b[max(0, at - 1):at + 2]))
+                found = difference(a, b, query.text, ranking.name, kind)
+                if found is not None:
+                    differ.append(found)
     assert asked == len(queries) * (len(RANKINGS) + 2)
     assert not differ, f"{len(differ)} of {asked} searches differ, first: {differ[:3]}"
     if lite.hub.recall.semantic is None:

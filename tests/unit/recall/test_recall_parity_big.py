@@ -3,8 +3,7 @@
 The whole evaluation set goes into one project of each store through the
 real core (learn, confirm), and then the same ~2,200 synthetic entries
 through a bulk path each store takes the same way (the entries' rows, then
-the index rows: FTS5's on SQLite, `search_postgres.add_many` on
-PostgreSQL).  The synthetic entries are made of the evaluation's own words,
+the index rows, with the index's own `add_many`).  The synthetic entries are made of the evaluation's own words,
 a few of them in most rows and most rows of kind `convention`, so that many
 questions have phrases past COMMON_ROWS, with and without a kind filter
 (SQLite's pruning), some have only such words (the AND of the agent's
@@ -16,7 +15,6 @@ the same scores (FTS5's bm25) from both stores.
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
 from pathlib import Path
@@ -30,7 +28,8 @@ from gateway.core.config import Config
 from gateway.hub import Hub
 from gateway.knowledge.model import Principal
 from gateway.knowledge.trust import normalise_statement
-from gateway.recall.search import COMMON_ROWS, LADDER, Ranking, identifier_parts, words
+from gateway.recall.search import COMMON_ROWS, LADDER, Ranking, words
+from tests.support.ranking_parity import difference
 
 NOW = 1_800_000_000.0
 LIMIT = 20
@@ -101,18 +100,9 @@ class Side:
                 project.id, first,
             )
             assert len(written) == len(padding)
-            if q.tx.dialect == "postgres":
-                from gateway.store.search_postgres import add_many
-
-                await add_many(q.tx, project.id, [
-                    (r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in written
-                ], batch=700)
-                return
-            await q.tx.run_many(
-                f"INSERT INTO {q.index.table(project.id)} (rowid, statement, evidence, kind, aliases) VALUES (?, ?, ?, ?, ?)",
-                [(r["seq"], r["statement"], r["evidence"] or "", r["kind"],
-                  identifier_parts(f"{r['statement']} {r['evidence'] or ''}")) for r in written],
-            )
+            await q.index.add_many(project.id, [
+                (r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in written
+            ])
 
         await self.hub.driver.write(unit)
 
@@ -158,12 +148,6 @@ async def sides(tmp_path: Path) -> AsyncIterator[tuple[Side, Side, list[str]]]:
             await pg.hub.stop()
 
 
-def _same(a: list[tuple[str, float]], b: list[tuple[str, float]]) -> bool:
-    return [n for n, _ in a] == [n for n, _ in b] and all(
-        math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) for (_, x), (_, y) in zip(a, b)
-    )
-
-
 @pytest.mark.postgres
 async def test_both_stores_rank_a_project_past_common_rows_alike(sides: tuple[Side, Side, list[str]]) -> None:
     lite, pg, hot = sides
@@ -185,7 +169,7 @@ async def test_both_stores_rank_a_project_past_common_rows_alike(sides: tuple[Si
                 a = await lite.search(text, kind, ranking)
                 b = await pg.search(text, kind, ranking)
                 asked += 1
-                if not _same(a, b):
-                    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x[0] != y[0] or not _same([x], [y])), min(len(a), len(b)))
-                    differ.append((text, ranking.name, kind, len(a), len(b), a[max(0, at - 1):at + 2], b[max(0, at - 1):at + 2]))
+                found = difference(a, b, text, ranking.name, kind)
+                if found is not None:
+                    differ.append(found)
     assert not differ, f"{len(differ)} of {asked} searches differ, first: {differ[:3]}"
