@@ -19,11 +19,17 @@ The table's row count is kept with its version too: a project of no more
 rows than a search wants is ranked in one statement without counting.
 A phrase's count is capped by the caller: only "at most this many, or more"
 is ever needed.
+
+A small table's whole index is kept with its version too, when recall asks
+for it (`held`, `gateway.store.fts_memory`), and the stemmer that cuts
+questions as the index cuts text (`stems`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
+
+from gateway.store.fts_memory import HELD_INSTANCES, HeldTable, Stems, load
 
 MAX_TABLES = 256
 MAX_PHRASES_PER_TABLE = 50_000
@@ -38,6 +44,7 @@ class TableCounts:
         self.version = version
         self.rows = 0  # the rows the table holds
         self.phrases: dict[Key, int] = {}
+        self.held: HeldTable | None = None
 
     async def counts(self, keys: list[Key], count: Callable[[Key], Awaitable[int]]) -> dict[Key, int]:
         """Each key's count, `count`ed only if not counted before."""
@@ -58,6 +65,8 @@ class PhraseCounts:
 
     def __init__(self) -> None:
         self._tables: dict[str, TableCounts] = {}
+        self.stems = Stems()
+        self._held_instances = 0  # token instances of the held tables, all together
 
     async def table(self, tx: Any, table: str) -> TableCounts:
         """The table's counts, started afresh if the index changed since."""
@@ -65,10 +74,29 @@ class PhraseCounts:
         version = bytes(row["block"]) if row and row["block"] is not None else b""
         known = self._tables.get(table)
         if known is None or known.version != version:
+            if known is not None and known.held is not None:
+                self._held_instances -= known.held.instances
             if len(self._tables) >= MAX_TABLES:
+                self._drop_held()
                 self._tables.clear()
             known = TableCounts(version)
             size = await tx.one(f"SELECT COUNT(*) AS n FROM {table}_docsize")
             known.rows = int(size["n"]) if size else 0
             self._tables[table] = known
         return known
+
+    async def held(self, tx: Any, table: str, known: TableCounts) -> HeldTable:
+        """`known`'s table as its index holds it, loaded in `tx`'s snapshot
+        (the one `known` was read in) if not held yet."""
+        if known.held is None:
+            held = await load(tx, table)
+            if self._held_instances + held.instances > HELD_INSTANCES:
+                self._drop_held()
+            known.held = held
+            self._held_instances += held.instances
+        return known.held
+
+    def _drop_held(self) -> None:
+        for known in self._tables.values():
+            known.held = None
+        self._held_instances = 0

@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import Any, Optional, Protocol, Sequence
 
 from gateway.knowledge.model import Entry
+from gateway.store import bm25
+from gateway.store.bm25_ranking import exact_ranking
 from gateway.store.fts_counts import Key, PhraseCounts
+from gateway.store.fts_memory import HELD_ROWS, TOKENIZE, HeldTable
 from gateway.recall.search import (
     DEFAULT_RANKING,
     COMMON_ROWS,
@@ -38,6 +41,8 @@ class SearchIndex(Protocol):
     async def add(self, entry: Entry) -> None: ...
 
     async def remove(self, entry: Entry) -> None: ...
+
+    async def set_expiry(self, entry: Entry) -> None: ...
 
     async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None: ...
 
@@ -77,7 +82,7 @@ class SqliteFtsIndex:
     async def create_project(self, project_id: int) -> None:
         await self.tx.run(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.table(project_id)} USING fts5("
-            f"{COLUMNS}, content='', tokenize='porter unicode61 remove_diacritics 2')"
+            f"{COLUMNS}, content='', tokenize='{TOKENIZE}')"
         )
 
     async def add(self, entry: Entry) -> None:
@@ -103,6 +108,13 @@ class SqliteFtsIndex:
             *_row(entry),
         )
 
+    async def set_expiry(self, entry: Entry) -> None:
+        """The row written again as it was: FTS5 holds no expiry, but the
+        change of its version drops the project's held copy, which does
+        (`gateway.store.fts_memory`)."""
+        await self.remove(entry)
+        await self.add(entry)
+
     async def search(
         self,
         project_id: int,
@@ -120,6 +132,15 @@ class SqliteFtsIndex:
         # A few more candidates than asked, so the kind-hint boost can lift
         # an entry that BM25 alone put just below the cut.
         wanted = max(limit, min(ranking.candidates, limit * 3))
+        cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
+        if cache is not None and not any(p.prefix for p in plan.phrases):
+            known = await cache.table(self.tx, self.table(project_id))
+            if known.rows <= HELD_ROWS:
+                if not known.rows:
+                    return []
+                held = await cache.held(self.tx, self.table(project_id), known)
+                found = self._held_ranking(held, cache, plan, kind, limit, wanted, ranking, now)
+                return rerank(found, plan, ranking, limit)
         for attempt in range(2):
             hits = await self._ranked(project_id, plan, kind, wanted, ranking)
             live = await self._live(list(hits), kind, now)
@@ -130,6 +151,39 @@ class SqliteFtsIndex:
             wanted *= 8
         candidates = [Candidate(seq, hits[seq], live[seq]) for seq in hits if seq in live]
         return rerank(candidates, plan, ranking, limit)
+
+    @staticmethod
+    def _held_ranking(
+        held: HeldTable, cache: PhraseCounts, plan: QueryPlan, kind: str | None, limit: int, wanted: int,
+        ranking: Ranking, now: float,
+    ) -> list[Candidate]:
+        """`_ranked` and `_live` of a project held in memory: the same ranking
+        computed from the index's own rows (`gateway.store.fts_memory`)."""
+        stems = cache.stems.of([p.text for p in plan.phrases] + ([kind] if kind else []))
+        terms = [bm25.Term(stems[p.text]) if stems[p.text] else None for p in plan.phrases]
+        kind_term = bm25.Term(stems[kind][:1], "C") if kind and stems[kind] else None
+        kind_rows = held.column_rows(kind_term.lexemes[0], "C") if kind_term is not None else 0
+        weights = {"A": float(ranking.statement_weight), "B": float(ranking.evidence_weight),
+                   "C": float(ranking.kind_weight), "D": float(ranking.aliases_weight)}
+        lexemes = {lex for t in terms if t is not None for lex in t.lexemes}
+        rows = held.rows_holding({t.lexemes[0] for t in terms if t is not None},
+                                 lexemes | (set(kind_term.lexemes) if kind_term is not None else set()))
+        if not rows:
+            return []
+
+        def live(expires: float | None) -> bool:
+            return expires is None or expires > now
+
+        # The index holds trusted entries only; an expired one leaves recall
+        # at once but the index only at the sweep: if they crowded the top,
+        # look further down once (as `search` does).
+        for attempt in range(2):
+            hits = exact_ranking(plan, terms, kind, kind_term, rows, held.rows, held.tokens, kind_rows, weights, wanted)
+            found = [(seq, score) for seq, score in hits if live(held.expires[seq])]
+            if len(found) >= min(limit, len(hits)) or len(hits) < wanted or attempt:
+                break
+            wanted *= 8
+        return [Candidate(seq, score, held.kinds[seq]) for seq, score in found]
 
     async def _ranked(
         self, project_id: int, plan: QueryPlan, kind: str | None, wanted: int, ranking: Ranking

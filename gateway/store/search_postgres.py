@@ -882,6 +882,10 @@ class PostgresFtsIndex:
         sql = UNCOUNT_SQL.format(df=df_table(entry.project_id))
         await self.tx.one(sql, list(old["lexemes"] or ()), old["kind"], old["kind"])
 
+    async def set_expiry(self, entry: Entry) -> None:
+        """The copy of the expiry that a search reads beside the row."""
+        await self.tx.run(f"UPDATE {table(entry.project_id)} SET expires_at = ? WHERE seq = ?", entry.expires_at, entry.seq)
+
     async def search(
         self,
         project_id: int,

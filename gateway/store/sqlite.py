@@ -58,6 +58,10 @@ class SqliteTx:
     async def all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute(sql, args).fetchall()]
 
+    async def tuples(self, sql: str, *args: Any) -> list[Any]:
+        """Rows as sqlite3 gives them (no dict per row: for reads of many small rows)."""
+        return self._conn.execute(sql, args).fetchall()
+
     async def run(self, sql: str, *args: Any) -> int:
         return self._conn.execute(sql, args).rowcount
 

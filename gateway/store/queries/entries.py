@@ -200,10 +200,13 @@ class EntryQueries(QueryBase):
             await vectors.untrack(self.tx, entry.seq)
 
     async def set_expiry(self, entry: Entry, expires_at: float | None) -> None:
-        """An owner's new expiry.  Recall checks expiry at query time, so the
-        index needs no change: the entry leaves recall at that instant."""
+        """An owner's new expiry.  Recall checks expiry at query time (the
+        entry leaves recall at that instant); the index of a trusted entry
+        is told too, as both indexes keep the expiry beside its row."""
         await self.tx.run("UPDATE entries SET expires_at = ? WHERE seq = ?", expires_at, entry.seq)
         entry.expires_at = expires_at
+        if entry.state == "trusted":
+            await self.index.set_expiry(entry)
 
     async def corrections_of(self, project_id: int, entry_id: str, limit: int = 20) -> list[Entry]:
         """The entries written as corrections of `entry_id`, newest first.

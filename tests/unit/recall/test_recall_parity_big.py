@@ -46,13 +46,15 @@ EXTRA_QUESTIONS = [
 ]
 
 
-def _padding(entries: dict[str, list[dict[str, Any]]], hot: list[str]) -> list[tuple[str, str | None, str, float | None]]:
+def _padding(
+    entries: dict[str, list[dict[str, Any]]], hot: list[str], count: int = PADDING
+) -> list[tuple[str, str | None, str, float | None]]:
     """(statement, evidence, kind, expires_at) of the synthetic entries."""
     rng = random.Random(5)
     vocabulary = sorted({w for items in entries.values() for item in items for w in words(item["statement"]) if len(w) > 2})
     kinds = ["convention"] * 13 + ["pitfall"] * 4 + ["fact", "decision", "fact"]
     out: list[tuple[str, str | None, str, float | None]] = []
-    for n in range(PADDING):
+    for n in range(count):
         picked = [w for w in hot if rng.random() < 0.8]
         picked += [vocabulary[int(rng.paretovariate(0.7)) % len(vocabulary)] for _ in range(rng.randint(3, 10))]
         if n % 97 == 0:
@@ -78,7 +80,7 @@ class Side:
     async def fill(self, entries: dict[str, list[dict[str, Any]]], padding: list[tuple[str, str | None, str, float | None]]) -> None:
         project = await self.hub.accounts.create_project("pool")
         self.project_id = project.id
-        owner = Principal(project=project, name="eval-owner", level="owner")
+        self.owner = owner = Principal(project=project, name="eval-owner", level="owner")
         for items in entries.values():
             for item in items:
                 entry, _ = await self.hub.knowledge.learn(owner, item["kind"], item["statement"], item.get("evidence"))

@@ -1,0 +1,121 @@
+"""SQLite's recall ranking of a question over rows held in Python.
+
+`SqliteFtsIndex._ranked` ranks with FTS5 statements; this is the same
+ranking computed from the rows themselves (`gateway.store.bm25`'s rows and
+formula), for a project small enough to read whole: PostgreSQL's small
+projects and SQLite's projects held in memory (`gateway.store.fts_memory`).
+Pure: rows in, (seq, score) out.
+
+The work is per term a row holds, not per term of the question: a row
+holding three of a question's thirty phrases costs three, and a term it
+does not hold adds nothing to its score (FTS5 adds 0.0 for it, which
+changes no sum), so the scores are FTS5's to the last bit.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from gateway.recall.search import QueryPlan, fuse
+from gateway.store import bm25
+
+
+def scores(
+    terms: Sequence[bm25.Term], rows: Sequence[bm25.Row], frequencies: Mapping[int, Mapping[bm25.Term, float]],
+    table_rows: int, table_tokens: int, hits: Mapping[bm25.Term, int],
+) -> dict[int, float]:
+    """`bm25.scores`, each row's sum taken over the terms it holds only, in
+    the terms' order."""
+    avgdl = table_tokens / table_rows if table_rows else 1.0
+    places: dict[bm25.Term, list[int]] = {}
+    for i, term in enumerate(terms):
+        places.setdefault(term, []).append(i)
+    term_idf = [bm25.idf(table_rows, hits.get(t, 0)) for t in terms]
+    k1, b = bm25.K1, bm25.B
+    out: dict[int, float] = {}
+    for row in rows:
+        held = frequencies[row.seq]
+        norm = k1 * (1 - b + b * row.length / avgdl)
+        if len(held) == 1:
+            ((term, f),) = held.items()
+            order = [(i, f) for i in places.get(term, ())]
+        else:
+            order = sorted((i, f) for term, f in held.items() for i in places.get(term, ()))
+        score = 0.0
+        for i, f in order:
+            score += term_idf[i] * ((f * (k1 + 1.0)) / (f + norm))
+        out[row.seq] = score
+    return out
+
+
+def exact_ranking(
+    plan: QueryPlan,
+    terms: Sequence[bm25.Term | None],
+    kind: str | None,
+    kind_term: bm25.Term | None,
+    rows: Sequence[bm25.Row],
+    table_rows: int,
+    table_tokens: int,
+    kind_rows: int,
+    weights: dict[str, float],
+    wanted: int,
+) -> list[tuple[int, float]]:
+    """What `SqliteFtsIndex._ranked` returns on the same rows, best first:
+    FTS5's bm25 of the query's phrases (a `kind` filter is one phrase more,
+    on the kind column), the agent's words weighing `original_weight` times
+    their synonyms; one ranking over every match when they fit in `wanted`,
+    else the best `wanted` of the agent's words and of the synonyms apart,
+    fused (`gateway.recall.search.fuse`).  `rows`: every row holding one of
+    the terms (all kinds: a term's IDF counts them all), with the positions
+    of the terms' lexemes; `kind_rows`: the rows of the kind asked for."""
+    weight = max(1, plan.original_weight)
+    pairs = list(zip(plan.phrases, terms))
+    originals = [t for p, t in pairs if not p.expansion and t is not None]
+    expansions = [t for p, t in pairs if p.expansion and t is not None]
+    head = [kind_term] if kind_term is not None else []
+    by_first: dict[str, list[bm25.Term]] = {}
+    for term in {*originals, *expansions, *head}:
+        by_first.setdefault(term.lexemes[0], []).append(term)
+    # Each row's instances of each term it holds, counted once: which rows
+    # hold a term (its IDF, and the MATCH), and its weighted frequency.
+    frequencies: dict[int, dict[bm25.Term, float]] = {}
+    hits: dict[bm25.Term, int] = {}
+    for row in rows:
+        weighted: dict[bm25.Term, float] = {}
+        for lexeme in row.positions:
+            for term in by_first.get(lexeme, ()):
+                count, f = bm25.instances(term, row, weights)
+                if count:
+                    weighted[term] = f
+                    hits[term] = hits.get(term, 0) + 1
+        frequencies[row.seq] = weighted
+    if kind_term is not None:
+        hits[kind_term] = kind_rows  # the kind column's rows, matching or not
+    scoped = [r for r in rows if kind is None or r.kind == kind]
+
+    def ranked(phrase_terms: list[bm25.Term], limit: int) -> list[tuple[int, float]]:
+        wanted_terms = set(phrase_terms)
+        holding = [r for r in scoped if not wanted_terms.isdisjoint(frequencies[r.seq])]
+        found = scores(head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
+        return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
+
+    every = set(originals) | set(expansions)
+    everything = [r for r in scoped if not every.isdisjoint(frequencies[r.seq])]
+    # SQLite's choice between one ranking and two: the whole table fits in
+    # one answer, or the phrases' own row counts (kind-scoped, summed: a
+    # bound on the rows of the question) do.
+    if table_rows > wanted:
+        scoped_hits: dict[bm25.Term, int] = {}
+        for r in scoped:
+            for term in frequencies[r.seq]:
+                scoped_hits[term] = scoped_hits.get(term, 0) + 1
+        counted = sum(scoped_hits.get(t, 0) for _, t in pairs if t is not None)
+        if not counted:
+            return []
+    if table_rows <= wanted or counted <= wanted:
+        whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
+        found = scores(whole, everything, frequencies, table_rows, table_tokens, hits)
+        best = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:wanted]
+        return [(seq, score / weight) for seq, score in best]
+    fused = fuse(ranked(originals, wanted), ranked(expansions, wanted) if expansions else [], weight)
+    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))

@@ -1,0 +1,147 @@
+"""A small project's FTS5 index held in memory, ranked in Python as FTS5 ranks it.
+
+Why: most projects are small, and agents ask in sentences.  A question of
+about fifteen words becomes some thirty phrases, the agent's own words
+written four times (their weight, `gateway.recall.search.fts5_expression`),
+and FTS5 runs a pass over the index per phrase and calls `bm25()` per row
+with all of them: on a project of 30 entries that one statement was about
+a third of a recall's server time, and a recall's largest part.  In Python,
+over the few rows the question's words are in, the same score costs a
+fraction of that.
+
+What is held, per version of an index table (the structure record that
+`gateway.store.fts_counts` reads: it changes with every committed change,
+so a held copy is never stale): every token instance the index keeps
+(FTS5's own `fts5vocab` table, type `instance`: stem, row, column,
+offset), and each row's kind and expiry.  The question's words are cut and
+stemmed by FTS5's own tokenizer too, in a private in-memory database
+(`Stems`), so the stems are SQLite's by construction, not a port of its
+porter stemmer.  The ranking itself is `gateway.store.bm25_ranking`, the
+same function PostgreSQL's small projects use; tests hold both equal to
+FTS5's statements on the same rows (tests/unit/recall/test_recall_memory.py).
+
+Only tables of at most `HELD_ROWS` rows are held (a bigger one is ranked
+by FTS5 with its pruning), and at most `HELD_INSTANCES` token instances
+over all tables of one process: past that the held copies are dropped and
+loaded again when asked for.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from gateway.store import bm25
+
+TOKENIZE = "porter unicode61 remove_diacritics 2"  # the recall index's tokenizer, for its tables and for questions
+HELD_ROWS = 1000
+HELD_INSTANCES = 2_000_000
+MAX_STEMS = 50_000
+
+# FTS5's columns as the weight letters of `gateway.store.bm25` (statement A,
+# evidence B, kind C, identifier parts D), and each column's place: offsets
+# count from 0 in every column, so a position is made unique per column.
+COLUMN_LETTERS = {"statement": "A", "evidence": "B", "kind": "C", "aliases": "D"}
+COLUMN_SPAN = 1 << 32
+
+
+@dataclass
+class HeldTable:
+    """One version of one index table: its rows and where each stem stands."""
+
+    rows: int = 0
+    tokens: int = 0
+    lengths: dict[int, int] = field(default_factory=dict)
+    kinds: dict[int, str] = field(default_factory=dict)
+    expires: dict[int, float | None] = field(default_factory=dict)
+    # stem -> row -> {position: column letter}
+    postings: dict[str, dict[int, dict[int, str]]] = field(default_factory=dict)
+    instances: int = 0
+
+    def rows_holding(self, lexemes: Iterable[str], positions: Iterable[str]) -> list[bm25.Row]:
+        """The rows holding any of `lexemes`, each with where each of
+        `positions` (lexemes too) stands in it."""
+        out: dict[int, bm25.Row] = {}
+        for lexeme in lexemes:
+            for seq in self.postings.get(lexeme, ()):
+                if seq not in out:
+                    out[seq] = bm25.Row(seq, self.kinds[seq], self.lengths[seq], {}, self.expires[seq])
+        for lexeme in positions:
+            for seq, where in self.postings.get(lexeme, {}).items():
+                row = out.get(seq)
+                if row is not None:
+                    row.positions[lexeme] = where
+        return list(out.values())
+
+    def column_rows(self, lexeme: str, letter: str) -> int:
+        """Rows holding `lexeme` in the column of `letter` (a `kind : "x"` phrase's rows)."""
+        return sum(1 for where in self.postings.get(lexeme, {}).values() if letter in where.values())
+
+
+async def load(tx: Any, table: str) -> HeldTable:
+    """The table as its index holds it, read in the caller's snapshot."""
+    await tx.run(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_instances USING fts5vocab(main, {table}, 'instance')")
+    held = HeldTable()
+    for r in await tx.all(
+        f"SELECT e.seq AS seq, e.kind AS kind, e.expires_at AS expires_at FROM {table}_docsize d "
+        "JOIN entries e ON e.seq = d.id"
+    ):
+        seq = int(r["seq"])
+        held.kinds[seq] = str(r["kind"])
+        held.expires[seq] = None if r["expires_at"] is None else float(r["expires_at"])
+        held.lengths[seq] = 0
+    postings = held.postings
+    lengths = held.lengths
+    for term, doc, col, offset in await tx.tuples(f"SELECT term, doc, col, offset FROM temp.{table}_instances"):
+        letter = COLUMN_LETTERS[col]
+        position = "ABCD".index(letter) * COLUMN_SPAN + int(offset)
+        postings.setdefault(term, {}).setdefault(doc, {})[position] = letter
+        lengths[doc] = lengths.get(doc, 0) + 1
+        held.instances += 1
+    held.rows = len(lengths)
+    held.tokens = held.instances
+    return held
+
+
+class Stems:
+    """Text cut and stemmed by FTS5's own tokenizer: a private in-memory
+    database with a table of that tokenizer, a row per text, and its
+    `fts5vocab` instances read back.  Kept per text (agents' questions share
+    their words).  Used from one event loop only."""
+
+    def __init__(self) -> None:
+        self._conn: sqlite3.Connection | None = None
+        self._known: dict[str, tuple[str, ...]] = {}
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, content='', tokenize='{TOKENIZE}')")
+            conn.execute("CREATE VIRTUAL TABLE stems USING fts5vocab(words, 'instance')")
+            self._conn = conn
+        return self._conn
+
+    def of(self, texts: Iterable[str]) -> dict[str, tuple[str, ...]]:
+        """Each text's stems, in order."""
+        texts = list(dict.fromkeys(texts))
+        missing = [t for t in texts if t not in self._known]
+        if missing:
+            conn = self._connection()
+            found: dict[int, list[tuple[int, str]]] = {i: [] for i in range(len(missing))}
+            # Written, read back and rolled back: the table stays empty, and
+            # a rollback costs less than deleting from FTS5.
+            conn.execute("BEGIN")
+            try:
+                conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", list(enumerate(missing)))
+                for term, doc, offset in conn.execute("SELECT term, doc, offset FROM stems").fetchall():
+                    found[int(doc)].append((int(offset), str(term)))
+            finally:
+                conn.execute("ROLLBACK")
+            new = {text: tuple(term for _, term in sorted(found[i])) for i, text in enumerate(missing)}
+            out = {t: new[t] if t in new else self._known[t] for t in texts}
+            if len(self._known) + len(new) > MAX_STEMS:
+                self._known.clear()
+            self._known.update(new)
+            return out
+        return {t: self._known[t] for t in texts}
