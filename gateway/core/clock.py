@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Protocol
 
 DAY = 86400.0
@@ -64,8 +65,15 @@ def _utc(moment: float) -> datetime:
 def to_rfc3339(moment: float | None) -> str | None:
     if moment is None:
         return None
-    # isoformat (in C) writes the fraction only when there is one, as the
-    # contract's examples do; "+00:00" becomes "Z".
+    return _rfc3339(moment)
+
+
+@lru_cache(maxsize=65_536)
+def _rfc3339(moment: float) -> str:
+    # Kept per moment: an answer of entries writes the same few moments
+    # (created, promoted, supported) on every recall of them.  isoformat (in
+    # C) writes the fraction only when there is one, as the contract's
+    # examples do; "+00:00" becomes "Z".
     return _utc(moment).isoformat()[:-6] + "Z"
 
 

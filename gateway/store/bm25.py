@@ -125,18 +125,23 @@ def scores(
     column of weight 0 scores 0 and is still found), positive (FTS5 returns
     it negated), summed over `terms` in their order (a term twice counts
     twice, as a phrase repeated in a MATCH does).  `frequencies`: each row's
-    weighted frequency of each term (`instances`); `hits`: the rows of the
-    whole table holding each term."""
+    weighted frequency of each term it holds (`instances`); `hits`: the rows
+    of the whole table holding each term.  A row's sum is taken over the
+    terms it holds only: FTS5 adds 0.0 for the others, which changes no sum,
+    so a row holding three of a question's thirty terms costs three."""
     avgdl = table_tokens / table_rows if table_rows else 1.0
+    places: dict[Term, list[int]] = {}
+    for i, term in enumerate(terms):
+        places.setdefault(term, []).append(i)
     term_idf = [idf(table_rows, hits.get(t, 0)) for t in terms]
     out: dict[int, float] = {}
     for row in rows:
         held = frequencies[row.seq]
         norm = K1 * (1 - B + B * row.length / avgdl)
+        order = sorted((i, f) for term, f in held.items() for i in places.get(term, ()))
         score = 0.0
-        for term, weight in zip(terms, term_idf):
-            f = held.get(term, 0.0)
+        for i, f in order:
             # FTS5's very expression, so that ties stay ties to the last bit.
-            score += weight * ((f * (K1 + 1.0)) / (f + norm))
+            score += term_idf[i] * ((f * (K1 + 1.0)) / (f + norm))
         out[row.seq] = score
     return out

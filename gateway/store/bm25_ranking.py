@@ -6,46 +6,17 @@ formula), for a project small enough to read whole: PostgreSQL's small
 projects and SQLite's projects held in memory (`gateway.store.fts_memory`).
 Pure: rows in, (seq, score) out.
 
-The work is per term a row holds, not per term of the question: a row
-holding three of a question's thirty phrases costs three, and a term it
-does not hold adds nothing to its score (FTS5 adds 0.0 for it, which
-changes no sum), so the scores are FTS5's to the last bit.
+The work is per term a row holds, not per term of the question (each
+row's lexemes are looked up among the terms, and `bm25.scores` sums over
+the terms a row holds), so a long question over a few rows stays cheap.
 """
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Sequence
 
 from gateway.recall.search import QueryPlan, fuse
 from gateway.store import bm25
-
-
-def scores(
-    terms: Sequence[bm25.Term], rows: Sequence[bm25.Row], frequencies: Mapping[int, Mapping[bm25.Term, float]],
-    table_rows: int, table_tokens: int, hits: Mapping[bm25.Term, int],
-) -> dict[int, float]:
-    """`bm25.scores`, each row's sum taken over the terms it holds only, in
-    the terms' order."""
-    avgdl = table_tokens / table_rows if table_rows else 1.0
-    places: dict[bm25.Term, list[int]] = {}
-    for i, term in enumerate(terms):
-        places.setdefault(term, []).append(i)
-    term_idf = [bm25.idf(table_rows, hits.get(t, 0)) for t in terms]
-    k1, b = bm25.K1, bm25.B
-    out: dict[int, float] = {}
-    for row in rows:
-        held = frequencies[row.seq]
-        norm = k1 * (1 - b + b * row.length / avgdl)
-        if len(held) == 1:
-            ((term, f),) = held.items()
-            order = [(i, f) for i in places.get(term, ())]
-        else:
-            order = sorted((i, f) for term, f in held.items() for i in places.get(term, ()))
-        score = 0.0
-        for i, f in order:
-            score += term_idf[i] * ((f * (k1 + 1.0)) / (f + norm))
-        out[row.seq] = score
-    return out
 
 
 def exact_ranking(
@@ -96,7 +67,7 @@ def exact_ranking(
     def ranked(phrase_terms: list[bm25.Term], limit: int) -> list[tuple[int, float]]:
         wanted_terms = set(phrase_terms)
         holding = [r for r in scoped if not wanted_terms.isdisjoint(frequencies[r.seq])]
-        found = scores(head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
+        found = bm25.scores(head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
         return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
 
     every = set(originals) | set(expansions)
@@ -114,7 +85,7 @@ def exact_ranking(
             return []
     if table_rows <= wanted or counted <= wanted:
         whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
-        found = scores(whole, everything, frequencies, table_rows, table_tokens, hits)
+        found = bm25.scores(whole, everything, frequencies, table_rows, table_tokens, hits)
         best = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:wanted]
         return [(seq, score / weight) for seq, score in best]
     fused = fuse(ranked(originals, wanted), ranked(expansions, wanted) if expansions else [], weight)

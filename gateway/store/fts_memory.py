@@ -29,21 +29,27 @@ loaded again when asked for.
 from __future__ import annotations
 
 import sqlite3
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from gateway.store import bm25
 
 TOKENIZE = "porter unicode61 remove_diacritics 2"  # the recall index's tokenizer, for its tables and for questions
-HELD_ROWS = 1000
-HELD_INSTANCES = 2_000_000
+HELD_ROWS = 300
+HELD_INSTANCES = 1_000_000
 MAX_STEMS = 50_000
 
-# FTS5's columns as the weight letters of `gateway.store.bm25` (statement A,
-# evidence B, kind C, identifier parts D), and each column's place: offsets
-# count from 0 in every column, so a position is made unique per column.
-COLUMN_LETTERS = {"statement": "A", "evidence": "B", "kind": "C", "aliases": "D"}
-COLUMN_SPAN = 1 << 32
+# FTS5's columns, in their order, as the weight letters of `gateway.store.bm25`
+# (statement A, evidence B, kind C, identifier parts D).  An instance is kept
+# as one 64-bit integer, row << 26 | column << 24 | offset: offsets count
+# from 0 in every column, so column << 24 | offset is a position unique in
+# the row, adjacent where the tokens are adjacent within one column.
+COLUMNS = ("statement", "evidence", "kind", "aliases")
+LETTERS = "ABCD"
+_COLUMN = {name: i for i, name in enumerate(COLUMNS)}
+_ROW_SHIFT = 26
+_POSITION = (1 << _ROW_SHIFT) - 1  # (a statement is far shorter than 2**24 tokens)
 
 
 @dataclass
@@ -55,8 +61,7 @@ class HeldTable:
     lengths: dict[int, int] = field(default_factory=dict)
     kinds: dict[int, str] = field(default_factory=dict)
     expires: dict[int, float | None] = field(default_factory=dict)
-    # stem -> row -> {position: column letter}
-    postings: dict[str, dict[int, dict[int, str]]] = field(default_factory=dict)
+    postings: dict[str, array] = field(default_factory=dict)  # stem -> its instances, packed
     instances: int = 0
 
     def rows_holding(self, lexemes: Iterable[str], positions: Iterable[str]) -> list[bm25.Row]:
@@ -64,19 +69,22 @@ class HeldTable:
         `positions` (lexemes too) stands in it."""
         out: dict[int, bm25.Row] = {}
         for lexeme in lexemes:
-            for seq in self.postings.get(lexeme, ()):
+            for packed in self.postings.get(lexeme, ()):
+                seq = packed >> _ROW_SHIFT
                 if seq not in out:
                     out[seq] = bm25.Row(seq, self.kinds[seq], self.lengths[seq], {}, self.expires[seq])
         for lexeme in positions:
-            for seq, where in self.postings.get(lexeme, {}).items():
-                row = out.get(seq)
+            for packed in self.postings.get(lexeme, ()):
+                row = out.get(packed >> _ROW_SHIFT)
                 if row is not None:
-                    row.positions[lexeme] = where
+                    position = packed & _POSITION
+                    row.positions.setdefault(lexeme, {})[position] = LETTERS[position >> 24]
         return list(out.values())
 
     def column_rows(self, lexeme: str, letter: str) -> int:
         """Rows holding `lexeme` in the column of `letter` (a `kind : "x"` phrase's rows)."""
-        return sum(1 for where in self.postings.get(lexeme, {}).values() if letter in where.values())
+        column = LETTERS.index(letter)
+        return len({p >> _ROW_SHIFT for p in self.postings.get(lexeme, ()) if (p & _POSITION) >> 24 == column})
 
 
 async def load(tx: Any, table: str) -> HeldTable:
@@ -91,14 +99,23 @@ async def load(tx: Any, table: str) -> HeldTable:
         held.kinds[seq] = str(r["kind"])
         held.expires[seq] = None if r["expires_at"] is None else float(r["expires_at"])
         held.lengths[seq] = 0
-    postings = held.postings
     lengths = held.lengths
-    for term, doc, col, offset in await tx.tuples(f"SELECT term, doc, col, offset FROM temp.{table}_instances"):
-        letter = COLUMN_LETTERS[col]
-        position = "ABCD".index(letter) * COLUMN_SPAN + int(offset)
-        postings.setdefault(term, {}).setdefault(doc, {})[position] = letter
+    # Packed by SQLite itself (two values a row to convert, not four), in
+    # the order of their stems (then row, column, offset).
+    sql = (
+        f"SELECT term, (doc << {_ROW_SHIFT}) | ((CASE col WHEN 'statement' THEN 0 WHEN 'evidence' THEN 1 "
+        f"WHEN 'kind' THEN 2 ELSE 3 END) << 24) | offset FROM temp.{table}_instances"
+    )
+    current = array("Q")
+    last = None
+    for term, packed in await tx.tuples(sql):
+        if term != last:
+            current = held.postings[term] = array("Q")
+            last = term
+        current.append(packed)
+        doc = packed >> _ROW_SHIFT
         lengths[doc] = lengths.get(doc, 0) + 1
-        held.instances += 1
+    held.instances = sum(len(a) for a in held.postings.values())
     held.rows = len(lengths)
     held.tokens = held.instances
     return held

@@ -42,8 +42,9 @@ table, the table's rows and its tokens; PostgreSQL keeps them:
 A search (`_exact`) is one statement that returns the query's stems, the
 project's size and its lexemes' counts, and, for a project of at most
 `CANDIDATE_ROWS` rows, every row holding one of the phrases (ranked by
-`exact_ranking`, as before: small projects stay one statement, and no longer
-count their rows).  A bigger project is ranked by `big_ranking` from the
+`gateway.store.bm25_ranking.exact_ranking`, as SQLite's projects held in
+memory are: small projects stay one statement, and no longer count their
+rows).  A bigger project is ranked by `big_ranking` from the
 counts: one more statement per ranked list reads the rows of the phrases
 SQLite keeps, with where the query's lexemes stand in them (at most
 ROW_BUDGET rows a list when phrases were pruned; when every word of the
@@ -86,6 +87,7 @@ from gateway.recall.search import (
     rerank,
 )
 from gateway.store import bm25
+from gateway.store.bm25_ranking import exact_ranking
 
 # FTS5's tokens and porter stems, no stop words (gateway.store.bm25): the
 # same words match on both stores.
@@ -654,74 +656,6 @@ def _row(record: dict[str, Any]) -> bm25.Row:
     expires = record["expires_at"]
     return bm25.Row(int(record["seq"]), str(record["kind"]), int(record["len"] or 0), positions,
                     None if expires is None else float(expires))
-
-
-def exact_ranking(
-    plan: QueryPlan,
-    terms: Sequence[bm25.Term | None],
-    kind: str | None,
-    kind_term: bm25.Term | None,
-    rows: Sequence[bm25.Row],
-    table_rows: int,
-    table_tokens: int,
-    kind_rows: int,
-    weights: dict[str, float],
-    wanted: int,
-) -> list[tuple[int, float]]:
-    """What `SqliteFtsIndex._ranked` returns on the same rows, best first:
-    FTS5's bm25 of the query's phrases (a `kind` filter is one phrase more,
-    on the kind column), the agent's words weighing `original_weight` times
-    their synonyms; one ranking over every match when they fit in `wanted`,
-    else the best `wanted` of the agent's words and of the synonyms apart,
-    fused (`gateway.recall.search.fuse`)."""
-    weight = max(1, plan.original_weight)
-    pairs = list(zip(plan.phrases, terms))
-    originals = [t for p, t in pairs if not p.expansion and t is not None]
-    expansions = [t for p, t in pairs if p.expansion and t is not None]
-    head = [kind_term] if kind_term is not None else []
-    # Each row's instances of each term, counted once: which rows hold a
-    # term (its IDF, and the MATCH), and its weighted frequency.
-    held: dict[int, set[bm25.Term]] = {}
-    frequencies: dict[int, dict[bm25.Term, float]] = {}
-    hits: dict[bm25.Term, int] = {}
-    for row in rows:
-        mine: set[bm25.Term] = set()
-        weighted: dict[bm25.Term, float] = {}
-        for term in {*originals, *expansions, *head}:
-            count, f = bm25.instances(term, row, weights)
-            if count:
-                mine.add(term)
-                weighted[term] = f
-                hits[term] = hits.get(term, 0) + 1
-        held[row.seq], frequencies[row.seq] = mine, weighted
-    if kind_term is not None:
-        hits[kind_term] = kind_rows  # the kind column's rows, matching or not
-    scoped = [r for r in rows if kind is None or r.kind == kind]
-
-    def ranked(phrase_terms: list[bm25.Term], limit: int) -> list[tuple[int, float]]:
-        wanted_terms = set(phrase_terms)
-        holding = [r for r in scoped if held[r.seq] & wanted_terms]
-        found = bm25.scores(head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
-        return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
-
-    every = set(originals) | set(expansions)
-    everything = [r for r in scoped if held[r.seq] & every]
-    # SQLite's choice between one ranking and two: the whole table fits in
-    # one answer, or the phrases' own row counts (kind-scoped, summed: a
-    # bound on the rows of the question) do.
-    counted: dict[str, int] = {}
-    if table_rows > wanted:
-        for phrase, maybe in pairs:
-            counted[phrase.text] = sum(1 for r in scoped if maybe is not None and maybe in held[r.seq])
-        if not sum(counted.values()):
-            return []
-    if table_rows <= wanted or sum(counted.values()) <= wanted:
-        whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
-        found = bm25.scores(whole, everything, frequencies, table_rows, table_tokens, hits)
-        best = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:wanted]
-        return [(seq, score / weight) for seq, score in best]
-    fused = fuse(ranked(originals, wanted), ranked(expansions, wanted) if expansions else [], weight)
-    return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 
 # fetch(terms, every, scored, limit): the rows (of the kind asked for)

@@ -58,9 +58,11 @@ class SqliteTx:
     async def all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute(sql, args).fetchall()]
 
-    async def tuples(self, sql: str, *args: Any) -> list[Any]:
-        """Rows as sqlite3 gives them (no dict per row: for reads of many small rows)."""
-        return self._conn.execute(sql, args).fetchall()
+    async def tuples(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Rows as plain tuples (no dict, no sqlite3.Row per row: for reads of many small rows)."""
+        cursor = self._conn.cursor()
+        cursor.row_factory = None
+        return cursor.execute(sql, args).fetchall()
 
     async def run(self, sql: str, *args: Any) -> int:
         return self._conn.execute(sql, args).rowcount

@@ -1,6 +1,7 @@
 """A project held in memory ranks exactly as FTS5's own statements rank it.
 
-SQLite's recall ranks a project of at most HELD_ROWS entries in Python from
+SQLite's recall ranks a project of at most HELD_ROWS entries (300; 1,000
+here, to rank more of the evaluation at once) in Python from
 the index's own token instances (`gateway.store.fts_memory`,
 `gateway.store.bm25_ranking`), and a bigger one with FTS5 statements.  Here
 both run on the same snapshot of the same file: the evaluation set pooled
@@ -35,8 +36,12 @@ LIMIT = 20
 RANKINGS = [r for r in LADDER if not r.prefix]
 
 
+HELD = 1000  # past the default bound (a cost choice): the evaluation set pooled, and padding
+
+
 @pytest.fixture
-async def side(tmp_path: Path) -> AsyncIterator[tuple[Side, list[str]]]:
+async def side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Side, list[str]]]:
+    monkeypatch.setattr(search_index, "HELD_ROWS", HELD)
     entries, queries = load()
     hot = _hot(queries)
     config = Config.from_env({}, database_url=f"sqlite:///{tmp_path / 'held.db'}", sweep_interval=0.0,
@@ -44,7 +49,7 @@ async def side(tmp_path: Path) -> AsyncIterator[tuple[Side, list[str]]]:
     hub = Hub(config, clock=ManualClock(start=NOW - 3600))
     await hub.start(background=False)
     side = Side(hub)
-    room = fts_memory.HELD_ROWS - sum(len(v) for v in entries.values()) - 10
+    room = HELD - sum(len(v) for v in entries.values()) - 10
     await side.fill(entries, _padding(entries, hot, count=room))
     try:
         yield side, hot
@@ -128,6 +133,18 @@ async def test_the_held_copy_follows_the_index(side: tuple[Side, list[str]]) -> 
         fts_counts.HELD_INSTANCES = bound
     await hub.knowledge.retire(owner, entry.id, "no longer true")
     assert await ask() == []
+
+
+async def test_a_bigger_project_stays_on_fts5(side: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    pool, hot = side
+    monkeypatch.setattr(search_index, "HELD_ROWS", 100)
+
+    async def unit(q: Any) -> bool:
+        await q.index.search(pool.project_id, " ".join(hot[:3]), None, LIMIT, NOW)
+        known = await q.tx.phrase_counts.table(q.tx, SqliteFtsIndex.table(pool.project_id))
+        return known.held is None and known.rows > 100
+
+    assert await pool.hub.driver.read(unit)
 
 
 async def test_stems_are_the_index_tokenizers() -> None:
