@@ -39,6 +39,7 @@ TOKENIZE = "porter unicode61 remove_diacritics 2"  # the recall index's tokenize
 HELD_ROWS = 300
 HELD_INSTANCES = 1_000_000
 MAX_STEMS = 50_000
+MAX_KEPT_CHARS = 64  # a longer word is stemmed each time it is asked (the cache's size stays bounded)
 
 # FTS5's columns, in their order, as the weight letters of `gateway.store.bm25`
 # (statement A, evidence B, kind C, identifier parts D).  An instance is kept
@@ -157,8 +158,9 @@ class Stems:
                 conn.execute("ROLLBACK")
             new = {text: tuple(term for _, term in sorted(found[i])) for i, text in enumerate(missing)}
             out = {t: new[t] if t in new else self._known[t] for t in texts}
-            if len(self._known) + len(new) > MAX_STEMS:
+            kept = {t: stems for t, stems in new.items() if len(t) <= MAX_KEPT_CHARS}
+            if len(self._known) + len(kept) > MAX_STEMS:
                 self._known.clear()
-            self._known.update(new)
+            self._known.update(kept)
             return out
         return {t: self._known[t] for t in texts}

@@ -164,3 +164,10 @@ async def test_stems_are_the_index_tokenizers() -> None:
     assert got == {t: tuple(term for _, term in sorted(expected.get(i, []))) for i, t in enumerate(texts)}
     assert got["running"] == ("run",) and got["it's"] == ("it", "s") and got[""] == ()
     assert stems.of(["running", "walked"]) == {"running": ("run",), "walked": ("walk",)}  # kept, and asked anew
+
+
+def test_long_words_are_stemmed_but_not_kept() -> None:
+    stems = fts_memory.Stems()
+    long = "configurations" * 10
+    assert stems.of([long, "configurations"]) == {long: (long,), "configurations": ("configur",)}
+    assert long not in stems._known and "configurations" in stems._known
