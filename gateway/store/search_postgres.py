@@ -97,7 +97,7 @@ CONFIG = bm25.CONFIG
 TOKENS_FUNCTION = "relayroom_tsv_tokens"
 # What the index tables of a database were built with: a database whose meta
 # row says otherwise has them rebuilt by `install` (under the migration lock).
-INDEX_VERSION = "bm25-porter-2"
+INDEX_VERSION = "bm25-porter-3"
 # Length normalisation 1 divides the rank by 1 + log(length): a long
 # evidence text does not outrank a precise statement.
 # ts_rank rather than ts_rank_cd: on bench/recall_quality.py it ranks better
@@ -132,6 +132,13 @@ def df_table(project_id: int) -> str:
     """The project's document frequencies: for each lexeme and kind, how
     many of the index table's rows of that kind hold the lexeme."""
     return f"recall_df_p{int(project_id)}"
+
+
+def tf_table(project_id: int) -> str:
+    """The project's postings: for each lexeme and index row holding it, its
+    instances in each column and the row's length, so that a list's BM25 is
+    read from an index instead of from every matching row's vector."""
+    return f"recall_tf_p{int(project_id)}"
 
 
 # Every project's index size: its rows and their tokens (one row a project,
@@ -480,6 +487,7 @@ async def install(tx: Any) -> None:
         project_id = int(project["id"])
         await tx.run(f"DROP TABLE IF EXISTS {table(project_id)}")
         await tx.run(f"DROP TABLE IF EXISTS {df_table(project_id)}")
+        await tx.run(f"DROP TABLE IF EXISTS {tf_table(project_id)}")
         await tx.run(f"DELETE FROM {SIZES} WHERE project_id = ?", project_id)
         await index.create_project(project_id)
         rows = await tx.all(
@@ -494,17 +502,26 @@ async def install(tx: Any) -> None:
     )
 
 
+# A new index row's postings (`new`: its seq, kind, tsv and len), one per
+# lexeme: how many of its positions are in each column (weights A-D).
+POSTINGS = (
+    "INSERT INTO {tf} (lexeme, kind, seq, a, b, c, d, len) SELECT u.lexeme, new.kind, new.seq, "
+    + ", ".join(f"CARDINALITY(ARRAY_POSITIONS(u.weights, '{w}'))" for w in "ABCD")
+    + ", new.len FROM new, unnest(new.tsv) u RETURNING 1"
+)
 # The counts of the rows just indexed (`seq = ANY(?)`), added in bulk: the
 # project's size row first (every writer of the project's counts takes its
-# lock before any lexeme's), then the lexemes in their order.
+# lock before any lexeme's), then the lexemes in their order; and the rows'
+# postings (no other writer touches a row's postings: no order needed).
 ADD_MANY_SQL = (
-    "WITH new AS MATERIALIZED (SELECT r.kind, r.tsv, r.len FROM {name} r WHERE r.seq = ANY(CAST(? AS BIGINT[]))), "
+    "WITH new AS MATERIALIZED (SELECT r.seq, r.kind, r.tsv, r.len FROM {name} r WHERE r.seq = ANY(CAST(? AS BIGINT[]))), "
     f"size AS (UPDATE {SIZES} s SET rows = s.rows + (SELECT COUNT(*) FROM new), "
     "tokens = s.tokens + (SELECT COALESCE(SUM(new.len), 0) FROM new) WHERE s.project_id = ? RETURNING s.rows), "
     "df AS (INSERT INTO {df} AS d (lexeme, kind, rows) SELECT u.lexeme, new.kind, COUNT(*) FROM size, new, "
     "unnest(tsvector_to_array(new.tsv)) u(lexeme) GROUP BY u.lexeme, new.kind ORDER BY u.lexeme, new.kind "
-    "ON CONFLICT (lexeme, kind) DO UPDATE SET rows = d.rows + excluded.rows RETURNING 1) "
-    "SELECT (SELECT COUNT(*) FROM size) AS sized, (SELECT COUNT(*) FROM df) AS lexemes"
+    "ON CONFLICT (lexeme, kind) DO UPDATE SET rows = d.rows + excluded.rows RETURNING 1), "
+    f"tf AS ({POSTINGS}) "
+    "SELECT (SELECT COUNT(*) FROM size) AS sized, (SELECT COUNT(*) FROM df) AS lexemes, (SELECT COUNT(*) FROM tf) AS postings"
 )
 
 
@@ -522,7 +539,8 @@ async def add_many(
             f"INSERT INTO {name} (seq, kind, expires_at, tsv) VALUES (?, ?, ?, {VECTOR})",
             [(seq, kind, expires, *_columns(statement, evidence, kind)) for seq, kind, expires, statement, evidence in part],
         )
-        await tx.one(ADD_MANY_SQL.format(name=name, df=df_table(project_id)), [r[0] for r in part], project_id)
+        sql = ADD_MANY_SQL.format(name=name, df=df_table(project_id), tf=tf_table(project_id))
+        await tx.one(sql, [r[0] for r in part], project_id)
 
 
 async def recount(tx: Any, project_id: int) -> tuple[dict[tuple[str, str], int], tuple[int, int]]:
@@ -536,6 +554,28 @@ async def recount(tx: Any, project_id: int) -> tuple[dict[tuple[str, str], int],
     size = await tx.one(f"SELECT COUNT(*) AS n, COALESCE(SUM(len), 0) AS total FROM {name}")
     assert size is not None
     return {(str(r["lexeme"]), str(r["kind"])): int(r["n"]) for r in df}, (int(size["n"]), int(size["total"]))
+
+
+Posting = tuple[str, str, int, int, int, int, int, int]  # lexeme, kind, seq, a, b, c, d, len
+
+
+async def repostings(tx: Any, project_id: int) -> set[Posting]:
+    """The postings as they should be, from the index table itself (tests)."""
+    rows = await tx.all(
+        f"SELECT u.lexeme AS lexeme, r.kind AS kind, r.seq AS seq, "
+        + ", ".join(f"CARDINALITY(ARRAY_POSITIONS(u.weights, '{w}')) AS {w.lower()}" for w in "ABCD")
+        + f", r.len AS len FROM {table(project_id)} r, unnest(r.tsv) u"
+    )
+    return {_posting(r) for r in rows}
+
+
+async def postings(tx: Any, project_id: int) -> set[Posting]:
+    """The postings as kept (`repostings`' shape)."""
+    return {_posting(r) for r in await tx.all(f"SELECT lexeme, kind, seq, a, b, c, d, len FROM {tf_table(project_id)}")}
+
+
+def _posting(r: dict[str, Any]) -> Posting:
+    return (str(r["lexeme"]), str(r["kind"]), int(r["seq"]), int(r["a"]), int(r["b"]), int(r["c"]), int(r["d"]), int(r["len"]))
 
 
 async def counts(tx: Any, project_id: int) -> tuple[dict[tuple[str, str], int], tuple[int, int]]:
@@ -582,31 +622,33 @@ ROWS_SQL = (
     "FROM {name} r, unnest(r.tsv) u WHERE r.tsv @@ CAST(? AS tsquery) AND u.lexeme = ANY(CAST(? AS TEXT[])){kind} "
     "GROUP BY r.seq"
 )
-# The same rows cut to a list's best (all of its terms of one lexeme): BM25
-# computed by the server too (`?` 1-3: each scored term's lexeme, IDF and
-# column, '' for any; 4: the column weights A-D; 5: the tsquery; 6: the
-# average length; 7: the list's length), its rows kept down to the list's
-# last score less a margin (1e-9 relative, where the server's sums differ
-# from FTS5's in the last bits), and only those read: `big_ranking` scores
-# them exactly and keeps the same best rows as if it had read them all.
+# The same rows cut to a list's best (all of its terms of one lexeme), from
+# the postings alone: BM25 computed by the server from the postings of the
+# list's lexemes (`?` 1-3: each lexeme, its IDF summed over the scored terms,
+# whether it is one of the list's; 4: the column weights A-D; 5: the
+# average length; 6: the kind term's IDF, 0 for none; 7: the lexemes a row
+# must hold, 1 for any; 8: the list's length), its rows kept down to the
+# list's last score less a margin (1e-9 relative, where the server's sums
+# differ from FTS5's in the last bits), and only their postings of the
+# given lexemes (`?` 9) read: `big_ranking` scores them exactly and keeps
+# the same best rows as if it had read them all.  The kind term is every
+# row's one instance of its kind's word in the kind column (C).
 SCORED_SQL = (
-    "WITH t AS MATERIALIZED (SELECT t.lexeme, t.col, SUM(t.idf) AS idf FROM unnest(CAST(? AS TEXT[]), "
-    "CAST(? AS FLOAT8[]), CAST(? AS TEXT[])) AS t(lexeme, idf, col) GROUP BY t.lexeme, t.col), "
-    "w AS MATERIALIZED (SELECT CAST(? AS FLOAT8[]) AS w), "
-    "c AS MATERIALIZED (SELECT r.seq, r.len, r.tsv FROM {name} r WHERE r.tsv @@ CAST(? AS tsquery){kind}), "
-    "h AS (SELECT c.seq, c.len, t.idf, SUM(CASE CAST(wt AS TEXT) WHEN 'A' THEN w.w[1] WHEN 'B' THEN w.w[2] "
-    "WHEN 'C' THEN w.w[3] ELSE w.w[4] END) AS f FROM w, c, unnest(c.tsv) u, unnest(u.weights) wt, t "
-    "WHERE u.lexeme = t.lexeme AND (t.col = '' OR CAST(wt AS TEXT) = t.col) GROUP BY c.seq, c.len, t.lexeme, t.col, t.idf), "
-    f"s AS MATERIALIZED (SELECT h.seq, SUM(h.idf * ((h.f * {bm25.K1 + 1.0!r}) / (h.f + {bm25.K1!r} * "
-    f"({1 - bm25.B!r} + {bm25.B!r} * h.len / CAST(? AS FLOAT8))))) AS score FROM h GROUP BY h.seq), "
+    "WITH t AS MATERIALIZED (SELECT t.lexeme, t.idf, t.wanted FROM unnest(CAST(? AS TEXT[]), CAST(? AS FLOAT8[]), "
+    "CAST(? AS BOOLEAN[])) AS t(lexeme, idf, wanted)), "
+    "w AS MATERIALIZED (SELECT CAST(? AS FLOAT8[]) AS w, CAST(? AS FLOAT8) AS avgdl, CAST(? AS FLOAT8) AS kidf), "
+    "s AS MATERIALIZED (SELECT p.seq, p.kind, SUM(t.idf * ((f.f * {k1_1}) / (f.f + f.norm))) "
+    "+ MAX(w.kidf * ((w.w[3] * {k1_1}) / (w.w[3] + f.norm))) AS score "
+    "FROM t JOIN {tf} p ON p.lexeme = t.lexeme{kind}, w, LATERAL (SELECT CAST(p.a AS FLOAT8) * w.w[1] + p.b * w.w[2] "
+    "+ p.c * w.w[3] + p.d * w.w[4] AS f, {k1} * ({one_b} + {b} * p.len / w.avgdl) AS norm) f "
+    "GROUP BY p.seq, p.kind HAVING COUNT(*) FILTER (WHERE t.wanted) >= ?), "
     "cut AS (SELECT s.score FROM s ORDER BY s.score DESC OFFSET ? LIMIT 1) "
-    "SELECT r.seq AS seq, r.kind AS kind, r.expires_at AS expires_at, r.len AS len, "
-    "ARRAY_AGG(u.lexeme) AS lexemes, ARRAY_AGG(ARRAY_TO_STRING(u.positions, ' ')) AS positions, "
-    "ARRAY_AGG(ARRAY_TO_STRING(u.weights, '')) AS columns "
-    "FROM s JOIN {name} r ON r.seq = s.seq, unnest(r.tsv) u "
-    "WHERE s.score >= COALESCE((SELECT cut.score FROM cut), 0.0) * (1 - 1e-9) - 1e-12 "
-    "AND u.lexeme = ANY(CAST(? AS TEXT[])) GROUP BY r.seq"
-)
+    "SELECT r.seq AS seq, r.kind AS kind, r.expires_at AS expires_at, r.len AS len, ARRAY_AGG(q.lexeme) AS lexemes, "
+    "ARRAY_AGG(q.a) AS a, ARRAY_AGG(q.b) AS b, ARRAY_AGG(q.c) AS c, ARRAY_AGG(q.d) AS d "
+    "FROM s JOIN {name} r ON r.seq = s.seq JOIN {tf} q ON q.lexeme = ANY(CAST(? AS TEXT[])) AND q.kind = s.kind "
+    "AND q.seq = s.seq WHERE s.score >= COALESCE((SELECT cut.score FROM cut), 0.0) * (1 - 1e-9) - 1e-12 GROUP BY r.seq"
+).replace("{k1_1}", repr(bm25.K1 + 1.0)).replace("{k1}", repr(bm25.K1)).replace("{one_b}", repr(1 - bm25.B)).replace(
+    "{b}", repr(bm25.B))
 # The rows holding each phrase of several lexemes that `SEARCH_SQL` did not
 # see as one (a single token PostgreSQL stems into two lexemes).
 PHRASE_COUNT_SQL = (
@@ -653,6 +695,21 @@ def _row(record: dict[str, Any]) -> bm25.Row:
     positions: dict[str, dict[int, str]] = {}
     for lexeme, where, columns in zip(record["lexemes"], record["positions"], record["columns"]):
         positions[lexeme] = dict(zip((int(p) for p in where.split()), columns))
+    expires = record["expires_at"]
+    return bm25.Row(int(record["seq"]), str(record["kind"]), int(record["len"] or 0), positions,
+                    None if expires is None else float(expires))
+
+
+def _counted_row(record: dict[str, Any]) -> bm25.Row:
+    """A row read from its postings: each lexeme's instances per column,
+    given made-up positions in the column order A-D.  That is enough for
+    terms of one lexeme (their only reader here: `bm25.instances` counts
+    them and sums their column weights), and in the vector's own order (its
+    columns are concatenated A to D), so the weights add up in the same
+    order, to the same last bit, as from the real positions."""
+    positions: dict[str, dict[int, str]] = {}
+    for lexeme, *per_column in zip(record["lexemes"], record["a"], record["b"], record["c"], record["d"]):
+        positions[lexeme] = dict(enumerate("".join(column * int(n) for column, n in zip("ABCD", per_column))))
     expires = record["expires_at"]
     return bm25.Row(int(record["seq"]), str(record["kind"]), int(record["len"] or 0), positions,
                     None if expires is None else float(expires))
@@ -738,28 +795,32 @@ async def big_ranking(
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))
 
 
-# An entry's index row and its counts, in one statement: the row (nothing if
-# it is there already: `add` then takes the old one out first), the
-# project's size row (locked first, so the writers of one project's counts
-# take their turns and never deadlock over its lexemes), then one count per
-# distinct lexeme of the row and its kind, in the lexemes' order.
+# An entry's index row, its counts and its postings, in one statement: the
+# row (nothing if it is there already: `add` then takes the old one out
+# first), the project's size row (locked first, so the writers of one
+# project's counts take their turns and never deadlock over its lexemes),
+# then one count per distinct lexeme of the row and its kind, in the
+# lexemes' order, and the row's postings.
 ADD_SQL = (
     "WITH new AS (INSERT INTO {name} (seq, kind, expires_at, tsv) VALUES (?, ?, ?, " + VECTOR + ") "
-    "ON CONFLICT (seq) DO NOTHING RETURNING kind, tsv, len), "
+    "ON CONFLICT (seq) DO NOTHING RETURNING seq, kind, tsv, len), "
     f"size AS (UPDATE {SIZES} s SET rows = s.rows + 1, tokens = s.tokens + new.len FROM new "
     "WHERE s.project_id = ? RETURNING s.rows), "
     "df AS (INSERT INTO {df} AS d (lexeme, kind, rows) SELECT u.lexeme, new.kind, 1 FROM size, new, "
     "unnest(tsvector_to_array(new.tsv)) u(lexeme) ORDER BY u.lexeme "
-    "ON CONFLICT (lexeme, kind) DO UPDATE SET rows = d.rows + 1 RETURNING 1) "
+    "ON CONFLICT (lexeme, kind) DO UPDATE SET rows = d.rows + 1 RETURNING 1), "
+    f"tf AS ({POSTINGS}) "
     "SELECT (SELECT COUNT(*) FROM size) AS added, (SELECT COUNT(*) FROM df) AS lexemes"
 )
-# Taking a row out: the row and the project's size row (its lock, as above)
-# in one statement, which returns the row's lexemes ...
+# Taking a row out: the row, its postings and the project's size row (its
+# lock, as above) in one statement, which returns the row's lexemes ...
 REMOVE_SQL = (
-    "WITH old AS (DELETE FROM {name} WHERE seq = ? RETURNING kind, tsv, len), "
+    "WITH old AS (DELETE FROM {name} WHERE seq = ? RETURNING seq, kind, tsv, len), "
+    "tf AS (DELETE FROM {tf} p USING old WHERE p.lexeme = ANY(tsvector_to_array(old.tsv)) "
+    "AND p.kind = old.kind AND p.seq = old.seq RETURNING 1), "
     f"size AS (UPDATE {SIZES} s SET rows = s.rows - 1, tokens = s.tokens - old.len FROM old "
     "WHERE s.project_id = ? RETURNING s.rows) "
-    "SELECT old.kind AS kind, tsvector_to_array(old.tsv) AS lexemes FROM old, size"
+    "SELECT old.kind AS kind, tsvector_to_array(old.tsv) AS lexemes, (SELECT COUNT(*) FROM tf) AS postings FROM old, size"
 )
 # ... then their counts, less one (a count of one goes), in a statement of
 # its own: it starts after the size row's lock was taken, so no other writer
@@ -790,13 +851,22 @@ class PostgresFtsIndex:
             f"CREATE TABLE IF NOT EXISTS {df_table(project_id)} "
             "(lexeme TEXT NOT NULL, kind TEXT NOT NULL, rows INTEGER NOT NULL, PRIMARY KEY (lexeme, kind))"
         )
+        # Keyed by lexeme and kind, so a list's postings (of the kind asked
+        # for) are one range of the key; the rest INCLUDEd, so a search reads
+        # the index alone (an index-only scan, once VACUUM has seen the pages).
+        await self.tx.run(
+            f"CREATE TABLE IF NOT EXISTS {tf_table(project_id)} "
+            "(lexeme TEXT NOT NULL, kind TEXT NOT NULL, seq BIGINT NOT NULL, a SMALLINT NOT NULL, b SMALLINT NOT NULL, "
+            "c SMALLINT NOT NULL, d SMALLINT NOT NULL, len INTEGER NOT NULL, "
+            "PRIMARY KEY (lexeme, kind, seq) INCLUDE (a, b, c, d, len))"
+        )
         await self.tx.run(
             f"INSERT INTO {SIZES} (project_id, rows, tokens) VALUES (?, 0, 0) ON CONFLICT (project_id) DO NOTHING",
             project_id,
         )
 
     async def add(self, entry: Entry) -> None:
-        sql = ADD_SQL.format(name=table(entry.project_id), df=df_table(entry.project_id))
+        sql = ADD_SQL.format(name=table(entry.project_id), df=df_table(entry.project_id), tf=tf_table(entry.project_id))
         args = (entry.seq, entry.kind, entry.expires_at, *_columns(entry.statement, entry.evidence, entry.kind), entry.project_id)
         row = await self.tx.one(sql, *args)
         if row is not None and int(row["added"]):
@@ -810,7 +880,8 @@ class PostgresFtsIndex:
         await add_many(self.tx, project_id, rows)
 
     async def remove(self, entry: Entry) -> None:
-        old = await self.tx.one(REMOVE_SQL.format(name=table(entry.project_id)), entry.seq, entry.project_id)
+        sql = REMOVE_SQL.format(name=table(entry.project_id), tf=tf_table(entry.project_id))
+        old = await self.tx.one(sql, entry.seq, entry.project_id)
         if old is None:
             return  # not indexed
         sql = UNCOUNT_SQL.format(df=df_table(entry.project_id))
@@ -956,29 +1027,41 @@ class PostgresFtsIndex:
         sql = ROWS_SQL.format(name=name, kind=kind_filter)
         head = list(kind_term.lexemes) if kind_term is not None else []
 
-        scored_sql = SCORED_SQL.format(name=name, kind=kind_filter)
+        scored_sql = SCORED_SQL.format(name=name, tf=tf_table(project_id), kind=" AND p.kind = ?" if kind else "")
         weight_list = [weights.get(c, 1.0) for c in "ABCD"]
         avgdl = table_tokens / table_rows if table_rows else 1.0
 
         async def fetch(
             wanted_terms: Sequence[bm25.Term], every: bool, scored: Sequence[bm25.Term], limit: int
         ) -> list[bm25.Row]:
-            single = all(len(t.lexemes) == 1 for t in (*wanted_terms, *scored))
+            # From the postings when every term is of one lexeme and the only
+            # term of a column is the kind's (phrases need positions).
+            single = all(len(t.lexemes) == 1 and (t.column is None or t == kind_term) for t in (*wanted_terms, *scored))
             key = (frozenset(wanted_terms), every, tuple(scored) if single else (), limit if single else 0)
             if key not in fetched:
                 unique = sorted(key[0], key=lambda t: t.lexemes)
-                query = (" & " if every else " | ").join(term_query(t) for t in unique)
                 lexemes = sorted({lex for t in unique for lex in t.lexemes} | set(head))
                 if single:
                     # The server's BM25 cuts the rows to the list's best first.
-                    idf = [bm25.idf(table_rows, table_hits.get(t, 0)) for t in scored]
+                    idf: dict[str, float] = {t.lexemes[0]: 0.0 for t in unique}
+                    kind_idf = 0.0
+                    for t in scored:
+                        if t.column is None:
+                            idf[t.lexemes[0]] = idf.get(t.lexemes[0], 0.0) + bm25.idf(table_rows, table_hits.get(t, 0))
+                        else:
+                            kind_idf += bm25.idf(table_rows, table_hits.get(t, 0))
+                    listed = sorted(idf)
+                    wanted_lexemes = {t.lexemes[0] for t in unique}
                     records = await self.tx.all(
-                        scored_sql, [t.lexemes[0] for t in scored], idf, [t.column or "" for t in scored],
-                        weight_list, query, *([kind] if kind else []), avgdl, max(0, limit - 1), lexemes,
+                        scored_sql, listed, [idf[lex] for lex in listed], [lex in wanted_lexemes for lex in listed],
+                        weight_list, avgdl, kind_idf, *([kind] if kind else []), len(wanted_lexemes) if every else 1,
+                        max(0, limit - 1), lexemes,
                     )
+                    rows = [_counted_row(r) for r in records]
                 else:
+                    query = (" & " if every else " | ").join(term_query(t) for t in unique)
                     records = await self.tx.all(sql, query, lexemes, *([kind] if kind else []))
-                rows = [_row(r) for r in records]
+                    rows = [_row(r) for r in records]
                 for row in rows:
                     seen.setdefault(row.seq, row)
                 fetched[key] = rows

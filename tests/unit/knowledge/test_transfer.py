@@ -229,8 +229,9 @@ async def test_every_column_of_the_schema_is_carried_or_named_hub_level_or_deriv
     else:
         tables = [r["table_name"] for r in await hub.driver.read(lambda q: q.tx.all(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
-            # The recall index and its kept counts: rebuilt by the import's own writes.
-            "AND table_name NOT LIKE 'recall\\_p%' AND table_name NOT LIKE 'recall\\_df\\_p%' AND table_name <> 'recall_sizes'"))]
+            # The recall index, its kept counts and postings: rebuilt by the import's own writes.
+            "AND table_name NOT LIKE 'recall\\_p%' AND table_name NOT LIKE 'recall\\_df\\_p%' "
+            "AND table_name NOT LIKE 'recall\\_tf\\_p%' AND table_name <> 'recall_sizes'"))]
 
         async def columns(table: str) -> set[str]:
             rows = await hub.driver.read(lambda q: q.tx.all(

@@ -1,6 +1,7 @@
 """PostgreSQL's recall counts stay exact: every lexeme's rows per kind
-(`recall_df_p<id>`) and the project's rows and tokens (`recall_sizes`), kept
-by the index's own writes, equal a recount from the index table after
+(`recall_df_p<id>`), the project's rows and tokens (`recall_sizes`) and
+every row's postings (`recall_tf_p<id>`), kept by the index's own writes,
+equal a recount from the index table after
 promotions, retirements, a second add of an indexed entry, expiry swept,
 and promotions running at the same time in one project."""
 
@@ -31,11 +32,14 @@ STATEMENTS = [
 
 async def _same_counts(hub: Hub, project_id: int) -> dict[tuple[str, str], int]:
     async def unit(q: Any) -> tuple[Any, Any]:
-        return await sp.counts(q.tx, project_id), await sp.recount(q.tx, project_id)
+        kept = (await sp.counts(q.tx, project_id), await sp.postings(q.tx, project_id))
+        return kept, (await sp.recount(q.tx, project_id), await sp.repostings(q.tx, project_id))
 
     kept, recounted = await hub.driver.read(unit)
     assert kept == recounted
-    return kept[0]
+    (df, (rows, _)), postings = kept
+    assert len({seq for _, _, seq, *_ in postings}) == rows
+    return df
 
 
 async def _owner(hub: Hub) -> Principal:
