@@ -33,6 +33,13 @@ table, the table's rows and its tokens; PostgreSQL keeps them:
   the commit) and never deadlock over lexemes; the upserts leave no lost
   update.  That lock is the price: promotions within one project commit one
   after the other (each holds it for the rest of its transaction).
+- `recall_tf_p<id>` (lexeme, kind, seq, instances in each column, the row's
+  length): a row's postings, written and deleted with its index row in the
+  same statements.  A list of terms of one lexeme is scored from them (an
+  index-only scan of its lexemes' key ranges) instead of from every matching
+  row's tsvector, unnested: at 10k entries a list of common words holds a
+  few thousand rows, and unnesting them was most of a recall's time.  Each
+  promotion writes a posting per distinct lexeme of its entry.
 - A phrase of one lexeme: its rows in the table are the sum over kinds, its
   rows of the kind asked for (SQLite's kind-scoped count) the kind's row; a
   kind's rows are its own word's (every row holds its kind).  A phrase of
