@@ -15,8 +15,15 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from gateway.recall.search import QueryPlan, fuse
+from gateway.recall.search import QueryPlan, Ranking, fuse
 from gateway.store import bm25
+
+
+def column_weights(ranking: Ranking) -> dict[str, float]:
+    """The ranking's column weights by the rows' column letters (statement A,
+    evidence B, kind C, identifier parts D: FTS5's column order)."""
+    return {"A": float(ranking.statement_weight), "B": float(ranking.evidence_weight),
+            "C": float(ranking.kind_weight), "D": float(ranking.aliases_weight)}
 
 
 def exact_ranking(

@@ -13,8 +13,8 @@ from typing import Any, Optional, Protocol, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.store import bm25
-from gateway.store.bm25_ranking import exact_ranking
-from gateway.store.fts_counts import Key, PhraseCounts
+from gateway.store.bm25_ranking import column_weights, exact_ranking
+from gateway.store.fts_counts import Key, PhraseCounts, TableCounts
 from gateway.store.fts_memory import HELD_ROWS, TOKENIZE, HeldTable
 from gateway.recall.search import (
     DEFAULT_RANKING,
@@ -133,8 +133,8 @@ class SqliteFtsIndex:
         # an entry that BM25 alone put just below the cut.
         wanted = max(limit, min(ranking.candidates, limit * 3))
         cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
-        if cache is not None and not any(p.prefix for p in plan.phrases):
-            known = await cache.table(self.tx, self.table(project_id))
+        known = await cache.table(self.tx, self.table(project_id)) if cache is not None else None
+        if cache is not None and known is not None and not any(p.prefix for p in plan.phrases):
             if known.rows <= HELD_ROWS:
                 if not known.rows:
                     return []
@@ -142,7 +142,7 @@ class SqliteFtsIndex:
                 found = self._held_ranking(held, cache, plan, kind, limit, wanted, ranking, now)
                 return rerank(found, plan, ranking, limit)
         for attempt in range(2):
-            hits = await self._ranked(project_id, plan, kind, wanted, ranking)
+            hits = await self._ranked(project_id, plan, kind, wanted, ranking, known)
             live = await self._live(list(hits), kind, now)
             # Expired entries leave recall at once but the index only at the
             # sweep: if they crowded the top, look further down once.
@@ -163,8 +163,7 @@ class SqliteFtsIndex:
         terms = [bm25.Term(stems[p.text]) if stems[p.text] else None for p in plan.phrases]
         kind_term = bm25.Term(stems[kind][:1], "C") if kind and stems[kind] else None
         kind_rows = held.column_rows(kind_term.lexemes[0], "C") if kind_term is not None else 0
-        weights = {"A": float(ranking.statement_weight), "B": float(ranking.evidence_weight),
-                   "C": float(ranking.kind_weight), "D": float(ranking.aliases_weight)}
+        weights = column_weights(ranking)
         lexemes = {lex for t in terms if t is not None for lex in t.lexemes}
         rows = held.rows_holding({t.lexemes[0] for t in terms if t is not None},
                                  lexemes | (set(kind_term.lexemes) if kind_term is not None else set()))
@@ -186,7 +185,8 @@ class SqliteFtsIndex:
         return [Candidate(seq, score, held.kinds[seq]) for seq, score in found]
 
     async def _ranked(
-        self, project_id: int, plan: QueryPlan, kind: str | None, wanted: int, ranking: Ranking
+        self, project_id: int, plan: QueryPlan, kind: str | None, wanted: int, ranking: Ranking,
+        known: TableCounts | None = None,
     ) -> dict[int, float]:
         """BM25 over the index alone (no join), the agent's words and their
         synonyms as two queries, fused.  In a big project the phrases that
@@ -216,8 +216,9 @@ class SqliteFtsIndex:
             return [(int(r["seq"]), float(r["score"])) for r in rows]
 
         counts: dict[str, int] | None = None
-        cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
-        known = await cache.table(self.tx, table) if cache is not None else None
+        if known is None:  # the table's kept counts, when `search` has not read them (only a reader keeps them)
+            cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
+            known = await cache.table(self.tx, table) if cache is not None else None
         if known is not None and known.rows <= wanted:
             everything, common = known.rows, False  # the whole table fits in one answer
         elif known is not None:

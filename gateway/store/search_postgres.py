@@ -94,7 +94,7 @@ from gateway.recall.search import (
     rerank,
 )
 from gateway.store import bm25
-from gateway.store.bm25_ranking import exact_ranking
+from gateway.store.bm25_ranking import column_weights, exact_ranking
 
 # FTS5's tokens and porter stems, no stop words (gateway.store.bm25): the
 # same words match on both stores.
@@ -960,8 +960,7 @@ class PostgresFtsIndex:
         kind_term = bm25.Term(stems[kind][:1], "C") if kind and stems.get(kind) else None
         # Every row of a kind holds that kind's word (its kind column).
         kind_rows = df.get((kind_term.lexemes[0], kind), 0) if kind_term is not None and kind else 0
-        weights = dict(zip("DCBA", (float(w) for w in (
-            ranking.aliases_weight, ranking.kind_weight, ranking.evidence_weight, ranking.statement_weight))))
+        weights = column_weights(ranking)
         seen: dict[int, bm25.Row] = {}
         rank: Callable[[int], Awaitable[list[tuple[int, float]]]]
         if table_rows <= CANDIDATE_ROWS:
