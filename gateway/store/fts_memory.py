@@ -58,12 +58,11 @@ class HeldTable:
     """One version of one index table: its rows and where each stem stands."""
 
     rows: int = 0
-    tokens: int = 0
     lengths: dict[int, int] = field(default_factory=dict)
     kinds: dict[int, str] = field(default_factory=dict)
     expires: dict[int, float | None] = field(default_factory=dict)
     postings: dict[str, array] = field(default_factory=dict)  # stem -> its instances, packed
-    instances: int = 0
+    instances: int = 0  # all columns: the total length BM25 divides by, and what the process-wide bound counts
 
     def rows_holding(self, lexemes: Iterable[str], positions: Iterable[str]) -> list[bm25.Row]:
         """The rows holding any of `lexemes`, each with where each of
@@ -118,7 +117,6 @@ async def load(tx: Any, table: str) -> HeldTable:
         lengths[doc] = lengths.get(doc, 0) + 1
     held.instances = sum(len(a) for a in held.postings.values())
     held.rows = len(lengths)
-    held.tokens = held.instances
     return held
 
 

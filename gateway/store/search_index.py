@@ -177,7 +177,7 @@ class SqliteFtsIndex:
         # at once but the index only at the sweep: if they crowded the top,
         # look further down once (as `search` does).
         for attempt in range(2):
-            hits = exact_ranking(plan, terms, kind, kind_term, rows, held.rows, held.tokens, kind_rows, weights, wanted)
+            hits = exact_ranking(plan, terms, kind, kind_term, rows, held.rows, held.instances, kind_rows, weights, wanted)
             found = [(seq, score) for seq, score in hits if live(held.expires[seq])]
             if len(found) >= min(limit, len(hits)) or len(hits) < wanted or attempt:
                 break

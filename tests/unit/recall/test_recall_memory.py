@@ -97,7 +97,7 @@ async def test_a_held_project_ranks_as_fts5_does(side: tuple[Side, list[str]]) -
     assert fused > asked // 4 and empty > 0
 
 
-async def test_the_held_copy_follows_the_index(side: tuple[Side, list[str]]) -> None:
+async def test_the_held_copy_follows_the_index(side: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     pool, _ = side
     hub, owner = pool.hub, pool.owner
     question = "quasar flux capacitor calibration"
@@ -120,17 +120,22 @@ async def test_the_held_copy_follows_the_index(side: tuple[Side, list[str]]) -> 
     await hub.knowledge.set_expiry(owner, entry.id, clear=True)
     assert await ask(NOW + 61.0) == [entry.seq]
     # A process-wide bound: held copies are dropped and read again.
-    bound = fts_memory.HELD_INSTANCES
-    fts_memory.HELD_INSTANCES = 10
-    try:
-        from gateway.store import fts_counts
+    from gateway.store import fts_counts
 
-        fts_counts.HELD_INSTANCES = 10
-        assert await ask() == [entry.seq]
-        assert await ask() == [entry.seq]
-    finally:
-        fts_memory.HELD_INSTANCES = bound
-        fts_counts.HELD_INSTANCES = bound
+    drops: list[int] = []
+    drop = fts_counts.PhraseCounts._drop_held
+
+    def counted(self: fts_counts.PhraseCounts) -> None:
+        drops.append(self._held_instances)
+        drop(self)
+
+    monkeypatch.setattr(fts_counts.PhraseCounts, "_drop_held", counted)
+    monkeypatch.setattr(fts_counts, "HELD_INSTANCES", 10)
+    await hub.knowledge.set_expiry(owner, entry.id, expires_at=NOW + 3600.0)  # a new version, loaded again
+    assert await ask() == [entry.seq]
+    assert drops, "loading past the bound dropped no held copy"
+    assert await ask() == [entry.seq]
+    monkeypatch.undo()
     await hub.knowledge.retire(owner, entry.id, "no longer true")
     assert await ask() == []
 
