@@ -77,6 +77,15 @@ class Term:
 
     lexemes: tuple[str, ...]
     column: str | None = None
+    # Terms key every dict of a ranking (a hundred lookups a question); the
+    # generated hash would hash the lexemes' tuple again at each.
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.lexemes, self.column)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass
@@ -133,7 +142,8 @@ def scores(
     places: dict[Term, list[int]] = {}
     for i, term in enumerate(terms):
         places.setdefault(term, []).append(i)
-    term_idf = [idf(table_rows, hits.get(t, 0)) for t in terms]
+    idf_of = {t: idf(table_rows, hits.get(t, 0)) for t in places}  # a term repeated for its weight: one log
+    term_idf = [idf_of[t] for t in terms]
     out: dict[int, float] = {}
     for row in rows:
         held = frequencies[row.seq]
