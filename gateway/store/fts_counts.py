@@ -23,16 +23,27 @@ is ever needed.
 A small table's whole index is kept with its version too, when recall asks
 for it (`held`, `gateway.store.fts_memory`), and the stemmer that cuts
 questions as the index cuts text (`stems`).
+
+So are the entries recall has returned from the table (`entries`): reading
+ten entries with their supports and contradictions was three statements
+and about a tenth of a small project's recall.  Everything a recall shows of
+a trusted entry changes with its index row: a promotion adds the row, a
+demotion, retirement or expiry removes it, and the two changes that leave
+the indexed text as it was (a new expiry, a new support) write the row
+again (`SqliteFtsIndex.rewrite`), so a kept entry is never staler than its
+version.
 """
 
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from gateway.knowledge.model import Entry
 from gateway.store.fts_memory import HELD_INSTANCES, HeldTable, Stems, load
 
 MAX_TABLES = 256
 MAX_PHRASES_PER_TABLE = 50_000
+MAX_KEPT_ENTRIES = 20_000  # over all tables of a process (a few kB each)
 
 Key = tuple[str | None, str, bool]  # (kind filter, phrase text, prefix)
 
@@ -45,6 +56,7 @@ class TableCounts:
         self.rows = 0  # the rows the table holds
         self.phrases: dict[Key, int] = {}
         self.held: HeldTable | None = None
+        self.entries: dict[int, Entry] = {}  # by seq: the entries recall returned from this version
 
     async def counts(self, keys: list[Key], count: Callable[[Key], Awaitable[int]]) -> dict[Key, int]:
         """Each key's count, `count`ed only if not counted before."""
@@ -67,6 +79,7 @@ class PhraseCounts:
         self._tables: dict[str, TableCounts] = {}
         self.stems = Stems()
         self._held_instances = 0  # token instances of the held tables, all together
+        self._kept_entries = 0  # entries kept by all tables together
 
     async def table(self, tx: Any, table: str) -> TableCounts:
         """The table's counts, started afresh if the index changed since."""
@@ -76,8 +89,11 @@ class PhraseCounts:
         if known is None or known.version != version:
             if known is not None and known.held is not None:
                 self._held_instances -= known.held.instances
+            if known is not None:
+                self._kept_entries -= len(known.entries)
             if len(self._tables) >= MAX_TABLES:
                 self._drop_held()
+                self._drop_entries()
                 self._tables.clear()
             known = TableCounts(version)
             size = await tx.one(f"SELECT COUNT(*) AS n FROM {table}_docsize")
@@ -96,7 +112,28 @@ class PhraseCounts:
             self._held_instances += held.instances
         return known.held
 
+    async def entries(
+        self, known: TableCounts, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]
+    ) -> dict[int, Entry]:
+        """The entries of `seqs` that `known`'s version holds: kept ones as
+        they are, the others `fetch`ed (in the snapshot `known` was read in)
+        and kept.  Callers read them, never change them."""
+        missing = [seq for seq in seqs if seq not in known.entries]
+        if missing:
+            fetched = await fetch(missing)
+            if self._kept_entries + len(fetched) > MAX_KEPT_ENTRIES:
+                self._drop_entries()
+            known.entries.update(fetched)
+            self._kept_entries += len(fetched)
+        kept = known.entries
+        return {seq: kept[seq] for seq in seqs if seq in kept}
+
     def _drop_held(self) -> None:
         for known in self._tables.values():
             known.held = None
         self._held_instances = 0
+
+    def _drop_entries(self) -> None:
+        for known in self._tables.values():
+            known.entries = {}
+        self._kept_entries = 0

@@ -9,7 +9,7 @@ that moves the entry (`Queries.set_state`).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.store import bm25
@@ -44,11 +44,17 @@ class SearchIndex(Protocol):
 
     async def set_expiry(self, entry: Entry) -> None: ...
 
+    async def supported(self, entry: Entry) -> None: ...
+
     async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None: ...
 
     async def search(
         self, project_id: int, query: str, kind: str | None, limit: int, now: float
     ) -> list[tuple[int, float]]: ...
+
+    async def entries(
+        self, project_id: int, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]
+    ) -> dict[int, Entry]: ...
 
 
 # (seq, kind, expires_at, statement, evidence) of an entry to index in bulk.
@@ -74,6 +80,9 @@ class SqliteFtsIndex:
 
     def __init__(self, tx: Any) -> None:
         self.tx = tx
+        # The versions `search` read in this snapshot, by project: what the
+        # entries it found may be kept with (`entries`).
+        self._read: dict[int, TableCounts] = {}
 
     @staticmethod
     def table(project_id: int) -> str:
@@ -109,9 +118,19 @@ class SqliteFtsIndex:
         )
 
     async def set_expiry(self, entry: Entry) -> None:
-        """The row written again as it was: FTS5 holds no expiry, but the
-        change of its version drops the project's held copy, which does
-        (`gateway.store.fts_memory`)."""
+        """FTS5 holds no expiry, but the project's held copy does
+        (`gateway.store.fts_memory`), and so do its kept entries."""
+        await self.rewrite(entry)
+
+    async def supported(self, entry: Entry) -> None:
+        """A trusted entry gained a support: a recall shows it, so the
+        entries kept with the index's version must go."""
+        await self.rewrite(entry)
+
+    async def rewrite(self, entry: Entry) -> None:
+        """The row written again as it was: what the index holds is the
+        same, but its version changes, so every copy a process keeps of the
+        old version (`gateway.store.fts_counts`) is dropped."""
         await self.remove(entry)
         await self.add(entry)
 
@@ -134,6 +153,8 @@ class SqliteFtsIndex:
         wanted = max(limit, min(ranking.candidates, limit * 3))
         cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
         known = await cache.table(self.tx, self.table(project_id)) if cache is not None else None
+        if known is not None:
+            self._read[project_id] = known
         if cache is not None and known is not None and not any(p.prefix for p in plan.phrases):
             if known.rows <= HELD_ROWS:
                 if not known.rows:
@@ -151,6 +172,19 @@ class SqliteFtsIndex:
             wanted *= 8
         candidates = [Candidate(seq, hits[seq], live[seq]) for seq in hits if seq in live]
         return rerank(candidates, plan, ranking, limit)
+
+    async def entries(
+        self, project_id: int, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]
+    ) -> dict[int, Entry]:
+        """The entries a search of this snapshot found (`fetch` reads them):
+        on a reader, kept with the version of the project's index that the
+        search read, so a question's answers are not read again until the
+        index changes."""
+        known = self._read.get(project_id)
+        cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
+        if known is None or cache is None:
+            return await fetch(seqs)
+        return await cache.entries(known, seqs, fetch)
 
     @staticmethod
     def _held_ranking(

@@ -898,6 +898,14 @@ class PostgresFtsIndex:
         """The copy of the expiry that a search reads beside the row."""
         await self.tx.run(f"UPDATE {table(entry.project_id)} SET expires_at = ? WHERE seq = ?", entry.expires_at, entry.seq)
 
+    async def supported(self, entry: Entry) -> None:
+        """Nothing: no process keeps PostgreSQL's entries between searches."""
+
+    async def entries(
+        self, project_id: int, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]
+    ) -> dict[int, Entry]:
+        return await fetch(seqs)
+
     async def search(
         self,
         project_id: int,

@@ -36,7 +36,8 @@ class RecallQueries(EntryQueries):
     ) -> list[tuple[Entry, float]]:
         hits = await self.index.search(project_id, query, kind, limit, now)
         seqs = [seq for seq, _ in hits]
-        found = await (self._recalled_entries(seqs) if self.dialect.array_params else self.entries_by_seqs(seqs))
+        fetch = self._recalled_entries if self.dialect.array_params else self.entries_by_seqs
+        found = await self.index.entries(project_id, seqs, fetch)
         # Defence in depth: the index holds trusted entries only, but recall
         # is the gate's door, so the entry's own state has the last word.
         return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]

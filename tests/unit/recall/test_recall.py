@@ -377,3 +377,50 @@ async def test_a_small_projects_one_query_ranks_as_the_two_fused_queries(hub: Hu
         for seq, value in reference.items():
             assert ours[seq] == pytest.approx(value, rel=1e-9), question
     assert used_one_query == len(PARAPHRASES) + 1  # the fixture set is small: every question took the one-query path
+
+
+async def test_what_recall_shows_of_an_entry_follows_it_while_it_stays_trusted(
+    hub: Hub, acme: ProjectTokens, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite a reader keeps the entries a recall returned with the index's
+    version (gateway.store.fts_counts): the same question asked again reads
+    none of them, and a change a recall shows (a new support, a new expiry)
+    is in the very next answer on both stores."""
+    from gateway.knowledge.model import Support
+    from gateway.store.queries import Queries
+
+    ids = await _trusted(hub, "acme", [("fact", "Nightly builds publish to the staging bucket.")])
+    entry_id = ids["Nightly builds publish to the staging bucket."]
+    reader = await _reader(hub, acme.reader)
+    fetched: list[list[int]] = []
+    fetch = Queries.entries_by_seqs
+
+    async def counted(self: Queries, seqs: list[int]) -> Any:
+        fetched.append(list(seqs))
+        return await fetch(self, seqs)
+
+    monkeypatch.setattr(Queries, "entries_by_seqs", counted)
+
+    async def shown() -> Any:
+        _, results = await hub.recall.recall(reader, "where do nightly builds publish")
+        assert [e.id for e, _ in results] == [entry_id]
+        return results[0][0]
+
+    first = await shown()
+    assert first.supports == [] and first.expires_at is None
+    again = await shown()
+    if backend == "sqlite":
+        assert len(fetched) == 1, "the second recall read its entry again"
+        assert again is first
+    project = await hub.accounts.project("acme")
+    now = hub.clock.now()
+    support = Support(issuer="oidc:ci.example.com:acme", source="nightly", attestation_id="at_1", at=now)
+    outcome = await hub.driver.write(lambda q: hub.knowledge.apply_support(q, project, entry_id, support, now))
+    assert outcome is not None and not outcome.duplicate
+    supported = await shown()
+    assert [s.issuer for s in supported.supports] == ["oidc:ci.example.com:acme"]
+    owner = await hub.accounts.authenticate(acme.owner)
+    await hub.knowledge.set_expiry(owner, entry_id, expires_at=now + 86400.0)
+    assert (await shown()).expires_at == now + 86400.0
+    if backend == "sqlite":
+        assert len(fetched) == 3  # read again after each change, and only then
