@@ -148,7 +148,11 @@ def scores(
     for row in rows:
         held = frequencies[row.seq]
         norm = K1 * (1 - B + B * row.length / avgdl)
-        order = sorted((i, f) for term, f in held.items() for i in places.get(term, ()))
+        if len(held) == 1:  # most rows hold one term: its places are in order already
+            [(term, f)] = held.items()
+            order: Iterable[tuple[int, float]] = [(i, f) for i in places.get(term, ())]
+        else:
+            order = sorted((i, f) for term, f in held.items() for i in places.get(term, ()))
         score = 0.0
         for i, f in order:
             # FTS5's very expression, so that ties stay ties to the last bit.

@@ -26,6 +26,35 @@ def column_weights(ranking: Ranking) -> dict[str, float]:
             "C": float(ranking.kind_weight), "D": float(ranking.aliases_weight)}
 
 
+Frequencies = dict[int, dict[bm25.Term, float]]  # row -> its weighted frequency of each term it holds
+
+
+def frequencies(
+    terms: Sequence[bm25.Term | None],
+    kind_term: bm25.Term | None,
+    rows: Sequence[bm25.Row],
+    weights: dict[str, float],
+) -> tuple[Frequencies, dict[bm25.Term, int]]:
+    """Each row's instances of each term it holds, counted once from the
+    rows' positions: its weighted frequency, and per term the rows holding
+    it (its IDF, and the MATCH)."""
+    by_first: dict[str, list[bm25.Term]] = {}
+    for term in {t for t in terms if t is not None} | ({kind_term} if kind_term is not None else set()):
+        by_first.setdefault(term.lexemes[0], []).append(term)
+    found: Frequencies = {}
+    hits: dict[bm25.Term, int] = {}
+    for row in rows:
+        weighted: dict[bm25.Term, float] = {}
+        for lexeme in row.positions:
+            for term in by_first.get(lexeme, ()):
+                count, f = bm25.instances(term, row, weights)
+                if count:
+                    weighted[term] = f
+                    hits[term] = hits.get(term, 0) + 1
+        found[row.seq] = weighted
+    return found, hits
+
+
 def exact_ranking(
     plan: QueryPlan,
     terms: Sequence[bm25.Term | None],
@@ -46,54 +75,58 @@ def exact_ranking(
     fused (`gateway.recall.search.fuse`).  `rows`: every row holding one of
     the terms (all kinds: a term's IDF counts them all), with the positions
     of the terms' lexemes; `kind_rows`: the rows of the kind asked for."""
+    found, hits = frequencies(terms, kind_term, rows, weights)
+    return ranking(plan, terms, kind, kind_term, rows, found, hits, table_rows, table_tokens, kind_rows, wanted)
+
+
+def ranking(
+    plan: QueryPlan,
+    terms: Sequence[bm25.Term | None],
+    kind: str | None,
+    kind_term: bm25.Term | None,
+    rows: Sequence[bm25.Row],
+    found: Frequencies,
+    hits: dict[bm25.Term, int],
+    table_rows: int,
+    table_tokens: int,
+    kind_rows: int,
+    wanted: int,
+) -> list[tuple[int, float]]:
+    """`exact_ranking` once the rows' `frequencies` are known (however they
+    were counted: a held table counts a one-word term's from its postings)."""
     weight = max(1, plan.original_weight)
     pairs = list(zip(plan.phrases, terms))
     originals = [t for p, t in pairs if not p.expansion and t is not None]
     expansions = [t for p, t in pairs if p.expansion and t is not None]
     head = [kind_term] if kind_term is not None else []
-    by_first: dict[str, list[bm25.Term]] = {}
-    for term in {*originals, *expansions, *head}:
-        by_first.setdefault(term.lexemes[0], []).append(term)
-    # Each row's instances of each term it holds, counted once: which rows
-    # hold a term (its IDF, and the MATCH), and its weighted frequency.
-    frequencies: dict[int, dict[bm25.Term, float]] = {}
-    hits: dict[bm25.Term, int] = {}
-    for row in rows:
-        weighted: dict[bm25.Term, float] = {}
-        for lexeme in row.positions:
-            for term in by_first.get(lexeme, ()):
-                count, f = bm25.instances(term, row, weights)
-                if count:
-                    weighted[term] = f
-                    hits[term] = hits.get(term, 0) + 1
-        frequencies[row.seq] = weighted
+    hits = dict(hits)
     if kind_term is not None:
         hits[kind_term] = kind_rows  # the kind column's rows, matching or not
     scoped = [r for r in rows if kind is None or r.kind == kind]
 
     def ranked(phrase_terms: list[bm25.Term], limit: int) -> list[tuple[int, float]]:
         wanted_terms = set(phrase_terms)
-        holding = [r for r in scoped if not wanted_terms.isdisjoint(frequencies[r.seq])]
-        found = bm25.scores(head + phrase_terms, holding, frequencies, table_rows, table_tokens, hits)
-        return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        holding = [r for r in scoped if not wanted_terms.isdisjoint(found[r.seq])]
+        scored = bm25.scores(head + phrase_terms, holding, found, table_rows, table_tokens, hits)
+        return sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:limit]
 
     every = set(originals) | set(expansions)
-    everything = [r for r in scoped if not every.isdisjoint(frequencies[r.seq])]
+    everything = [r for r in scoped if not every.isdisjoint(found[r.seq])]
     # SQLite's choice between one ranking and two: the whole table fits in
     # one answer, or the phrases' own row counts (kind-scoped, summed: a
     # bound on the rows of the question) do.
     if table_rows > wanted:
         scoped_hits: dict[bm25.Term, int] = {}
         for r in scoped:
-            for term in frequencies[r.seq]:
+            for term in found[r.seq]:
                 scoped_hits[term] = scoped_hits.get(term, 0) + 1
         counted = sum(scoped_hits.get(t, 0) for _, t in pairs if t is not None)
         if not counted:
             return []
     if table_rows <= wanted or counted <= wanted:
         whole = head + [t for p, t in pairs if t is not None for _ in range(weight if not p.expansion else 1)]
-        found = bm25.scores(whole, everything, frequencies, table_rows, table_tokens, hits)
-        best = sorted(found.items(), key=lambda item: (-item[1], item[0]))[:wanted]
+        scored = bm25.scores(whole, everything, found, table_rows, table_tokens, hits)
+        best = sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:wanted]
         return [(seq, score / weight) for seq, score in best]
     fused = fuse(ranked(originals, wanted), ranked(expansions, wanted) if expansions else [], weight)
     return sorted(fused.items(), key=lambda item: (-item[1], item[0]))

@@ -63,11 +63,34 @@ class HeldTable:
     expires: dict[int, float | None] = field(default_factory=dict)
     postings: dict[str, array] = field(default_factory=dict)  # stem -> its instances, packed
     instances: int = 0  # all columns: the total length BM25 divides by, and what the process-wide bound counts
+    # (stem, column weights) -> row -> the stem's weighted frequency in it:
+    # at most one number per instance held, per ranking asked for.
+    _weighted: dict[tuple[str, tuple[tuple[str, float], ...]], dict[int, float]] = field(default_factory=dict)
 
-    def rows_holding(self, lexemes: Iterable[str], positions: Iterable[str]) -> list[bm25.Row]:
-        """The rows holding any of `lexemes`, each with where each of
-        `positions` (lexemes too) stands in it."""
+    def weighted(self, lexeme: str, weights: dict[str, float]) -> dict[int, float]:
+        """Each row holding `lexeme` -> the sum of the column weights of its
+        instances, in the order of the postings: what `bm25.instances` gives
+        a one-word phrase, the same float, without building the row's
+        positions for each question."""
+        instances = self.postings.get(lexeme)
+        if not instances:
+            return {}
+        key = (lexeme, tuple(sorted(weights.items())))
+        found = self._weighted.get(key)
+        if found is None:
+            columns: dict[int, list[str]] = {}
+            for packed in instances:
+                columns.setdefault(packed >> _ROW_SHIFT, []).append(LETTERS[(packed & _POSITION) >> 24])
+            found = self._weighted[key] = {seq: sum(weights.get(c, 1.0) for c in held) for seq, held in columns.items()}
+        return found
+
+    def rows_holding(self, lexemes: Iterable[str], positions: Iterable[str], seqs: Iterable[int] = ()) -> list[bm25.Row]:
+        """The rows holding any of `lexemes` (and the rows `seqs`), each with
+        where each of `positions` (lexemes too) stands in it."""
         out: dict[int, bm25.Row] = {}
+        for seq in seqs:
+            if seq not in out:
+                out[seq] = bm25.Row(seq, self.kinds[seq], self.lengths[seq], {}, self.expires[seq])
         for lexeme in lexemes:
             for packed in self.postings.get(lexeme, ()):
                 seq = packed >> _ROW_SHIFT

@@ -13,7 +13,8 @@ from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.store import bm25
-from gateway.store.bm25_ranking import column_weights, exact_ranking
+from gateway.store.bm25_ranking import column_weights, frequencies
+from gateway.store.bm25_ranking import ranking as ranking_of
 from gateway.store.fts_counts import Key, PhraseCounts, TableCounts
 from gateway.store.fts_memory import HELD_ROWS, TOKENIZE, HeldTable
 from gateway.recall.search import (
@@ -198,11 +199,24 @@ class SqliteFtsIndex:
         kind_term = bm25.Term(stems[kind][:1], "C") if kind and stems[kind] else None
         kind_rows = held.column_rows(kind_term.lexemes[0], "C") if kind_term is not None else 0
         weights = column_weights(ranking)
-        lexemes = {lex for t in terms if t is not None for lex in t.lexemes}
-        rows = held.rows_holding({t.lexemes[0] for t in terms if t is not None},
-                                 lexemes | (set(kind_term.lexemes) if kind_term is not None else set()))
+        # A one-word phrase on every column (nearly every term of a
+        # question) takes its frequencies from the held table as they are;
+        # only the others (several words, or the kind column) need the
+        # rows' positions.
+        simple = {t for t in terms if t is not None and len(t.lexemes) == 1 and t.column is None}
+        others = [t for t in terms if t is not None and t not in simple]
+        weighted = {t: held.weighted(t.lexemes[0], weights) for t in simple}
+        rows = held.rows_holding({t.lexemes[0] for t in others},
+                                 {lex for t in others + ([kind_term] if kind_term else []) for lex in t.lexemes},
+                                 (seq for per_row in weighted.values() for seq in per_row))
         if not rows:
             return []
+        found, hits = frequencies(others, kind_term, rows, weights)
+        for term, per_row in weighted.items():
+            if per_row:
+                hits[term] = len(per_row)
+                for seq, f in per_row.items():
+                    found[seq][term] = f
 
         def live(expires: float | None) -> bool:
             return expires is None or expires > now
@@ -211,12 +225,12 @@ class SqliteFtsIndex:
         # at once but the index only at the sweep: if they crowded the top,
         # look further down once (as `search` does).
         for attempt in range(2):
-            hits = exact_ranking(plan, terms, kind, kind_term, rows, held.rows, held.instances, kind_rows, weights, wanted)
-            found = [(seq, score) for seq, score in hits if live(held.expires[seq])]
-            if len(found) >= min(limit, len(hits)) or len(hits) < wanted or attempt:
+            best = ranking_of(plan, terms, kind, kind_term, rows, found, hits, held.rows, held.instances, kind_rows, wanted)
+            kept = [(seq, score) for seq, score in best if live(held.expires[seq])]
+            if len(kept) >= min(limit, len(best)) or len(best) < wanted or attempt:
                 break
             wanted *= 8
-        return [Candidate(seq, score, held.kinds[seq]) for seq, score in found]
+        return [Candidate(seq, score, held.kinds[seq]) for seq, score in kept]
 
     async def _ranked(
         self, project_id: int, plan: QueryPlan, kind: str | None, wanted: int, ranking: Ranking,
