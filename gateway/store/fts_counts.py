@@ -43,7 +43,7 @@ from gateway.store.fts_memory import HELD_INSTANCES, HeldTable, Stems, load
 
 MAX_TABLES = 256
 MAX_PHRASES_PER_TABLE = 50_000
-MAX_KEPT_ENTRIES = 20_000  # over all tables of a process (a few kB each)
+MAX_KEPT_ENTRIES = 5_000  # over all tables of a process: a few kB each, so at most some 15 MB
 
 Key = tuple[str | None, str, bool]  # (kind filter, phrase text, prefix)
 
