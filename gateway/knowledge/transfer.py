@@ -22,7 +22,9 @@ working on the new hub; the file is therefore as sensitive as the database
 Import happens in one write transaction into a hub where the project does not
 exist yet; anything wrong (a truncated file, a field of the wrong type, an id
 the hub already holds) refuses the whole file and writes nothing.  The
-recall index is rebuilt from the trusted entries in the same transaction.
+recall index is rebuilt from the trusted entries in the same transaction, and
+on SQLite the recall counters from the recalls' results (derived data, never
+in the file).
 """
 
 from __future__ import annotations
@@ -328,6 +330,7 @@ async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
         links = {"entry": entry_seqs, "recall": await transfer.recall_seqs(project.id)}
         for table_name in ("recall_results", "recall_uses", "rate_limit_marks", "audit"):
             await transfer.insert(table_name, project.id, parsed.rows[table_name], links)
+        await transfer.count_returned(project.id)
         for values in parsed.entries:
             if values["state"] == "trusted":
                 await q.index.add(_indexable(values, entry_seqs[values["id"]], project.id, slug))

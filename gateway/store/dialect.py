@@ -11,6 +11,10 @@ instead of testing the backend's name.  Everything here follows from two facts:
   and record its results in one statement of one SQL text each; SQLite
   expands a list into `?, ?, ...` and runs a statement per table.
 
+The one writer also makes a shared counter cheap on SQLite and costly on
+PostgreSQL, so the store keeps per-entry recall counts on SQLite only
+(`recall_counters`).
+
 Column types (`{JSON}`, `{BLOB}` ...) differ too; the schema expands those
 (`schema.DIALECT_TYPES`), and full-text search is one index per backend
 (`search_index.index_for`).
@@ -35,6 +39,15 @@ class Dialect:
     array_params: bool
     # The UTC day number of an epoch column; `{column}` is the column.
     utc_day_sql: str
+    # Whether each recall also bumps a per-entry count of times returned
+    # (`recall_counts`), read instead of an index on `recall_results`.  On
+    # SQLite that index's entry-major keys scatter a recall's results over
+    # many leaf pages, each written to the log at commit, while the dense
+    # counters of a group of recalls share a page or two.  PostgreSQL keeps
+    # the index: it writes a recall's record in a REPEATABLE READ
+    # transaction beside other recalls, and a counter row they all update
+    # would fail their serialization checks.
+    recall_counters: bool
 
     def lock_rows(self, of: str | None = None, *, skip_locked: bool = False) -> str:
         """The clause that locks the rows a SELECT reads (of table alias
@@ -55,6 +68,7 @@ SQLITE = Dialect(
     array_params=False,
     # Moments are never negative, so the truncating CAST is a floor.
     utc_day_sql="CAST({column} / 86400 AS INTEGER)",
+    recall_counters=True,
 )
 
 POSTGRES = Dialect(
@@ -64,6 +78,7 @@ POSTGRES = Dialect(
     array_params=True,
     # PostgreSQL's CAST rounds, hence the FLOOR.
     utc_day_sql="CAST(FLOOR({column} / 86400) AS BIGINT)",
+    recall_counters=False,
 )
 
 DIALECTS = {d.name: d for d in (SQLITE, POSTGRES)}

@@ -50,7 +50,7 @@ from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 from gateway.core.errors import Conflict, GatewayError, Unavailable
 from gateway.store.base import T, Unit
 from gateway.store.pg_connections import Connections
-from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
+from gateway.store.schema import LATEST_VERSION, META_TABLE, MIGRATIONS, expand, for_dialect
 from gateway.store import search_postgres
 
 log = logging.getLogger("relayroom.store")
@@ -250,7 +250,7 @@ class PostgresDriver:
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
         try:
             async with conn.transaction():
-                await conn.execute(expand(MIGRATIONS[0][1][0], self.dialect))  # the meta table
+                await conn.execute(expand(META_TABLE, self.dialect))
                 current = int(await conn.fetchval("SELECT value FROM meta WHERE key = 'schema_version'") or 0)
                 if current > LATEST_VERSION:
                     raise RuntimeError(
@@ -260,8 +260,8 @@ class PostgresDriver:
                 for version, statements in MIGRATIONS:
                     if version <= current:
                         continue
-                    for sql in statements:
-                        await conn.execute(expand(sql, self.dialect))
+                    for sql in for_dialect(statements, self.dialect):
+                        await conn.execute(sql)
                     await self._meta_set(conn, "schema_version", str(version))
                 # The recall index's text search configuration, and its
                 # tables rebuilt when they were built another way.

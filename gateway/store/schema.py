@@ -3,9 +3,25 @@
 Types are written as `{ID}` (auto-increment key), `{REAL}`, `{INT}`, `{TEXT}`,
 `{BLOB}` and expanded per dialect.  Every moment is a float of epoch seconds.
 A migration never changes once released: a new version is appended.
+
+A statement is run on both backends unless it is given as `Only(dialect,
+sql)`: where the store itself differs by backend (`Dialect.recall_counters`),
+so does its schema.  `for_dialect` is how a driver reads a migration.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Only(NamedTuple):
+    """A migration statement run on one dialect and skipped on the other."""
+
+    dialect: str
+    sql: str
+
+
+Statement = str | Only
 
 DIALECT_TYPES = {
     "sqlite": {"ID": "INTEGER PRIMARY KEY", "REAL": "REAL", "INT": "INTEGER", "TEXT": "TEXT", "BLOB": "BLOB"},
@@ -18,11 +34,15 @@ DIALECT_TYPES = {
     },
 }
 
-MIGRATIONS: list[tuple[int, list[str]]] = [
+# Created before anything else, to read the version from (a driver runs it
+# on its own first).
+META_TABLE = """CREATE TABLE IF NOT EXISTS meta (key {TEXT} PRIMARY KEY, value {TEXT} NOT NULL)"""
+
+MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
         1,
         [
-            """CREATE TABLE IF NOT EXISTS meta (key {TEXT} PRIMARY KEY, value {TEXT} NOT NULL)""",
+            META_TABLE,
             """CREATE TABLE projects (
                 id {ID},
                 slug {TEXT} NOT NULL UNIQUE,
@@ -265,6 +285,25 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
             "INSERT INTO entry_vectors (seq, project_id) SELECT seq, project_id FROM entries WHERE state = 'trusted' ORDER BY seq",
         ],
     ),
+    (
+        5,
+        [
+            # SQLite: how many times each entry was returned, bumped with every
+            # recall's results, in place of the index recall_results_entry
+            # (see `Dialect.recall_counters` for why, and why not on
+            # PostgreSQL).  entry_seq is the rowid, so the counters of a group
+            # of recalls share a page or two.  A re-run (a store set back to
+            # an older version number) finds the table: it is filled afresh.
+            Only("sqlite", "CREATE TABLE IF NOT EXISTS recall_counts (entry_seq {INT} PRIMARY KEY, returned {INT} NOT NULL)"),
+            Only("sqlite", "DELETE FROM recall_counts"),
+            Only(
+                "sqlite",
+                "INSERT INTO recall_counts (entry_seq, returned) "
+                "SELECT entry_seq, COUNT(*) FROM recall_results GROUP BY entry_seq",
+            ),
+            Only("sqlite", "DROP INDEX IF EXISTS recall_results_entry"),
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]
@@ -272,3 +311,18 @@ LATEST_VERSION = MIGRATIONS[-1][0]
 
 def expand(sql: str, dialect: str) -> str:
     return sql.format(**DIALECT_TYPES[dialect])
+
+
+def for_dialect(statements: list[Statement], dialect: str) -> list[str]:
+    """A migration's statements as `dialect` runs them: expanded, and
+    without those meant for the other dialect."""
+    chosen = []
+    for statement in statements:
+        if isinstance(statement, Only):
+            if statement.dialect not in DIALECT_TYPES:  # a misspelt name would skip it everywhere
+                raise ValueError(f"a migration statement names no dialect: {statement.dialect!r}")
+            if statement.dialect != dialect:
+                continue
+            statement = statement.sql
+        chosen.append(expand(statement, dialect))
+    return chosen

@@ -28,7 +28,7 @@ from typing import Any
 from gateway.core.errors import Unavailable
 from gateway.store.base import T, Unit
 from gateway.store.fts_counts import PhraseCounts
-from gateway.store.schema import LATEST_VERSION, MIGRATIONS, expand
+from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
 
 log = logging.getLogger("relayroom.store")
 
@@ -150,8 +150,8 @@ class SqliteDriver:
             for version, statements in MIGRATIONS:
                 if version <= current:
                     continue
-                for sql in statements:
-                    conn.execute(expand(sql, self.dialect))
+                for sql in for_dialect(statements, self.dialect):
+                    conn.execute(sql)
                 conn.execute(
                     "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value",

@@ -7,16 +7,18 @@ recall by integer key are exported with the entry's or recall's public id
 and mapped back on import.
 
 `TABLES` names every column that moves; `HUB_TABLES` the tables that belong
-to the hub rather than to a project; `DERIVED_TABLES` those rebuilt from the
-entries on the target.  `tests/unit/knowledge/test_transfer.py` checks the two
-lists against the live schema, so a column added later cannot be silently
-left behind by an export.
+to the hub rather than to a project; `DERIVED_TABLES` those rebuilt on the
+target from what was carried.  `tests/unit/knowledge/test_transfer.py` checks
+the lists against the live schema, so a column added later cannot be
+silently left behind by an export.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from gateway.store.dialect import Dialect
 
 TEXT, REAL, INT = "text", "real", "int"
 
@@ -110,11 +112,13 @@ TABLES: dict[str, Table] = {
 # signed-in browser of the source hub must not be signed in on the target).
 HUB_TABLES = ("meta", "seen_tokens", "webhook_deliveries", "jwks_refreshes", "dashboard_sessions")
 
-# Derived from the entries and rebuilt on the target rather than carried:
-# the recall index (in the import's transaction) and the optional embedding
-# vectors (keyed by the store's own entry keys; the background fill embeds
-# every trusted entry that has none).
-DERIVED_TABLES = ("entry_vectors",)
+# Derived and rebuilt on the target rather than carried: the recall index
+# (in the import's transaction), the optional embedding vectors (keyed by
+# the store's own entry keys; the background fill embeds every trusted entry
+# that has none) and, on a store that keeps them (SQLite), the recall
+# counters (a count per entry of the imported result rows, in the import's
+# transaction; a PostgreSQL target counts the result rows themselves).
+DERIVED_TABLES = ("entry_vectors", "recall_counts")
 
 # What stands in an exported row for the integer link it replaces.
 LINKS = {"entry": "entry_seq", "recall": "recall_seq"}
@@ -129,6 +133,7 @@ class TransferQueries:
 
     def __init__(self, queries: Any) -> None:
         self.tx = queries.tx
+        self.dialect: Dialect = queries.dialect
 
     # -- export -------------------------------------------------------------------
 
@@ -182,6 +187,19 @@ class TransferQueries:
             row = await self.tx.one(f"SELECT COUNT(*) AS n FROM tokens WHERE token_hash IN ({marks})", *chunk)
             count += int(row["n"]) if row else 0
         return count
+
+    async def count_returned(self, project_id: int) -> None:
+        """Where the store keeps recall counters, those of a project just
+        imported, from its result rows (its entries are new here, so none
+        has a counter yet)."""
+        if not self.dialect.recall_counters:
+            return
+        await self.tx.run(
+            "INSERT INTO recall_counts (entry_seq, returned) "
+            "SELECT rr.entry_seq, COUNT(*) FROM recall_results rr JOIN entries e ON e.seq = rr.entry_seq "
+            "WHERE e.project_id = ? GROUP BY rr.entry_seq",
+            project_id,
+        )
 
     async def insert(self, table_name: str, project_id: int, rows: list[tuple[Any, ...]], links: dict[str, dict[str, int]]) -> None:
         """Insert exported rows (values in `TABLES` order) into a project."""

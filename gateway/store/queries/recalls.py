@@ -28,6 +28,11 @@ INSERT_RECALL = (
     "SELECT r.seq, x.entry_seq, x.rank, x.score FROM r, "
     "unnest(CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS DOUBLE PRECISION[])) AS x(entry_seq, rank, score)"
 )
+# Where the store keeps recall counters (SQLite): one more return of an entry.
+COUNT_RETURNED = (
+    "INSERT INTO recall_counts (entry_seq, returned) VALUES (?, 1) "
+    "ON CONFLICT (entry_seq) DO UPDATE SET returned = recall_counts.returned + 1"
+)
 
 
 class RecallQueries(EntryQueries):
@@ -73,6 +78,9 @@ class RecallQueries(EntryQueries):
         results: list[tuple[Entry, float]],
         now: float,
     ) -> None:
+        """The recall and its results; where the store keeps recall counters,
+        each returned entry's count goes up in the same unit, so a count never
+        disagrees with the result rows."""
         if self.dialect.array_params:
             # One statement, one SQL text: the recall and its results.
             await self.tx.run(
@@ -89,25 +97,27 @@ class RecallQueries(EntryQueries):
                 list(range(len(results))),
                 [score for _, score in results],
             )
-            return
-        row = await self.tx.one(
-            "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-            recall_id,
-            project_id,
-            principal,
-            query,
-            kind,
-            via,
-            len(results),
-            now,
-        )
-        assert row is not None
-        if results:
-            await self.tx.run_many(
-                "INSERT INTO recall_results (recall_seq, entry_seq, rank, score) VALUES (?, ?, ?, ?)",
-                [(row["seq"], entry.seq, rank, score) for rank, (entry, score) in enumerate(results)],
+        else:
+            row = await self.tx.one(
+                "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+                recall_id,
+                project_id,
+                principal,
+                query,
+                kind,
+                via,
+                len(results),
+                now,
             )
+            assert row is not None
+            if results:
+                await self.tx.run_many(
+                    "INSERT INTO recall_results (recall_seq, entry_seq, rank, score) VALUES (?, ?, ?, ?)",
+                    [(row["seq"], entry.seq, rank, score) for rank, (entry, score) in enumerate(results)],
+                )
+        if results and self.dialect.recall_counters:
+            await self.tx.run_many(COUNT_RETURNED, [(entry.seq,) for entry, _ in results])
 
     async def recall_hit(
         self, project_id: int, recall_id: str, principal: str, entry_id: str

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.core.clock import DAY, HOUR, to_date
 from gateway.recall.learning import LEAST_USEFUL_MIN_RETURNED, rank_entries, shape_days, window_start
+from gateway.store.dialect import DIALECTS
 from tests.support.helpers import bearer, learn, settle
 
 
@@ -84,9 +85,77 @@ async def test_figures_over_days(client: Any, acme: Any, hub: Any) -> None:
     assert per_entry == {alpha: (2, 2), beta: (1, 0)}
     assert [e["entry_id"] for e in body["most_useful"]] == [alpha]
     assert body["never_recalled"]["count"] == 1 and body["never_recalled"]["entries"][0]["entry_id"] == never
+    # an entry's page: returned and used, ever
+    assert await _history(hub, acme, alpha) == (2, 2)
+    assert await _history(hub, acme, beta) == (1, 0)
+    assert await _history(hub, acme, never) == (0, 0)
     # a one-day window sees only today
     today = (await client.get("/v1/projects/acme/learning?days=1", headers=bearer(acme.owner))).json()
     assert (today["recalls"], today["entries_returned"], today["entries_used"]) == (2, 1, 1)
+
+
+async def _history(hub: Any, acme: Any, entry_id: str) -> tuple[int, int]:
+    """(times returned, times used) as the entry's page reads them."""
+    owner = await hub.accounts.authenticate(acme.owner)
+    _, returned, used = await hub.ledger.entry_history(owner, await hub.knowledge.get(owner, entry_id))
+    return returned, used
+
+
+async def _recounted(hub: Any) -> dict[int, int]:
+    """entry seq -> times returned, counted from the result rows themselves."""
+    rows = await hub.driver.read(lambda q: q.tx.all("SELECT entry_seq, COUNT(*) AS n FROM recall_results GROUP BY entry_seq"))
+    return {int(r["entry_seq"]): int(r["n"]) for r in rows}
+
+
+async def test_times_returned_match_a_recount_of_the_results(client: Any, acme: Any, hub: Any) -> None:
+    """Returned again and again, by recalls of two principals, with a recall
+    that returns nothing between them: each entry's figure is the number of
+    its result rows (on SQLite the kept counters hold exactly that)."""
+    alpha = await _trusted(client, acme, "Alpha widgets are blue")
+    beta = await _trusted(client, acme, "Beta widgets are green")
+    never = await _trusted(client, acme, "Gamma gadgets ship on Fridays")
+    for token, query in [
+        (acme.writer, "widgets"), (acme.reader, "widgets"), (acme.reader, "nothing-matches-this"),
+        (acme.writer, "alpha"), (acme.reader, "widgets"), (acme.writer, "alpha"),
+    ]:
+        await _recall(client, token, query)
+    await settle(hub)
+    owner = await hub.accounts.authenticate(acme.owner)
+    seqs = {entry_id: (await hub.knowledge.get(owner, entry_id)).seq for entry_id in (alpha, beta, never)}
+    recount = await _recounted(hub)
+    assert recount == {seqs[alpha]: 5, seqs[beta]: 3}
+    for entry_id, seq in seqs.items():
+        assert (await _history(hub, acme, entry_id))[0] == recount.get(seq, 0)
+    if DIALECTS[hub.driver.dialect].recall_counters:
+        rows = await hub.driver.read(lambda q: q.tx.all("SELECT entry_seq, returned FROM recall_counts"))
+        assert {int(r["entry_seq"]): int(r["returned"]) for r in rows} == recount
+    body = (await client.get("/v1/projects/acme/learning", headers=bearer(acme.owner))).json()
+    assert [e["entry_id"] for e in body["never_recalled"]["entries"]] == [never]
+    assert {e["entry_id"]: e["returned"] for e in body["entries"]} == {alpha: 5, beta: 3}
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # the store that keeps recall counters
+async def test_the_figures_ever_are_read_from_the_counters(client: Any, acme: Any, hub: Any) -> None:
+    """Never recalled and times returned come from `recall_counts` where
+    the store keeps it, not from a count of the result rows: a counter set
+    apart from its rows shows through."""
+    assert DIALECTS[hub.driver.dialect].recall_counters
+    alpha = await _trusted(client, acme, "Alpha widgets are blue")
+    beta = await _trusted(client, acme, "Beta widgets are green")
+    await _recall(client, acme.writer, "widgets")
+    await settle(hub)
+    owner = await hub.accounts.authenticate(acme.owner)
+    alpha_seq = (await hub.knowledge.get(owner, alpha)).seq
+    beta_seq = (await hub.knowledge.get(owner, beta)).seq
+
+    async def tamper(q: Any) -> None:
+        await q.tx.run("UPDATE recall_counts SET returned = 41 WHERE entry_seq = ?", alpha_seq)
+        await q.tx.run("DELETE FROM recall_counts WHERE entry_seq = ?", beta_seq)
+
+    await hub.driver.write(tamper)
+    assert await _history(hub, acme, alpha) == (41, 0)
+    body = (await client.get("/v1/projects/acme/learning", headers=bearer(acme.owner))).json()
+    assert body["never_recalled"]["count"] == 1 and body["never_recalled"]["entries"][0]["entry_id"] == beta
 
 
 async def test_an_empty_project_has_no_rate(client: Any, acme: Any) -> None:

@@ -1,0 +1,125 @@
+"""Recall counters (`Dialect.recall_counters`): SQLite keeps a count per
+entry of the times it was returned instead of the index on the result rows'
+entry; PostgreSQL keeps the index.  Schema version 5 makes the change on a
+store that already holds recalls."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.store import open_driver
+from gateway.store.dialect import DIALECTS
+from gateway.store.schema import LATEST_VERSION, MIGRATIONS, Only, for_dialect
+from gateway.store.sqlite import SqliteDriver
+
+
+def test_a_statement_for_one_dialect_is_skipped_on_the_other() -> None:
+    statements = ["CREATE TABLE a (n {INT})", Only("sqlite", "CREATE TABLE b (n {INT})"), Only("postgres", "SELECT 1")]
+    assert for_dialect(statements, "sqlite") == ["CREATE TABLE a (n INTEGER)", "CREATE TABLE b (n INTEGER)"]
+    assert for_dialect(statements, "postgres") == ["CREATE TABLE a (n BIGINT)", "SELECT 1"]
+    with pytest.raises(ValueError):
+        for_dialect([Only("sqlite3", "SELECT 1")], "sqlite")
+
+
+async def test_the_store_keeps_counters_or_the_index(database_url: str) -> None:
+    driver = open_driver(database_url)
+    await driver.open()
+    try:
+        if driver.dialect == "sqlite":
+            names = {r["name"] for r in await driver.read(lambda q: q.tx.all("SELECT name FROM sqlite_master"))}
+            has_counts, has_index = "recall_counts" in names, "recall_results_entry" in names
+        else:
+            row = await driver.read(lambda q: q.tx.one(
+                "SELECT to_regclass('recall_counts') IS NOT NULL AS counts, "
+                "to_regclass('recall_results_entry') IS NOT NULL AS idx"))
+            assert row is not None
+            has_counts, has_index = row["counts"], row["idx"]
+    finally:
+        await driver.close()
+    keeps = DIALECTS[driver.dialect].recall_counters
+    assert (has_counts, has_index) == (keeps, not keeps)
+
+
+# -- the migration, on SQLite -----------------------------------------------------------
+
+# recall -> the entries it returned (entry seqs); recall 3 returned nothing,
+# entry 4 was never returned.
+RESULTS = {1: [1, 2], 2: [1], 3: [], 4: [1, 3]}
+
+
+def _version_4_database(path: Path) -> None:
+    """A SQLite store as a gateway of schema version 4 left it, with recalls."""
+    conn = sqlite3.connect(path)
+    for version, statements in MIGRATIONS:
+        if version > 4:
+            break
+        for sql in for_dialect(statements, "sqlite"):
+            conn.execute(sql)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '4')")
+    conn.execute("INSERT INTO projects (slug, created_at, k_distinct_issuers, window_days, playbook_min_trusted, "
+                 "playbook_top_n, demotions_per_hour) VALUES ('p', 0, 2, 7, 1, 5, 3)")
+    for i in range(1, 5):
+        conn.execute("INSERT INTO entries (id, project_id, kind, statement, norm_statement, state, created_at, "
+                     "created_by, created_via) VALUES (?, 1, 'fact', 's', 's', 'trusted', 0, 'x', 'rest')", (f"e{i}",))
+    for recall, entries in RESULTS.items():
+        conn.execute("INSERT INTO recalls (id, project_id, principal, query, via, returned, at) "
+                     "VALUES (?, 1, 'x', 'q', 'rest', ?, 0)", (f"r{recall}", len(entries)))
+        for rank, entry in enumerate(entries):
+            conn.execute("INSERT INTO recall_results VALUES (?, ?, ?, 1.0)", (recall, entry, rank))
+    conn.commit()
+    conn.close()
+
+
+async def _counts_and_figures(path: Path) -> tuple[dict[int, int], list[str], dict[int, int], list[str], str | None]:
+    """Open the store (migrating it): its counters, its indexes on
+    recall_results, each entry's times returned, the entries never recalled
+    and the schema version."""
+    driver = SqliteDriver(str(path))
+    await driver.open()
+    try:
+        async def unit(q: Any) -> Any:
+            counts = {r["entry_seq"]: r["returned"] for r in await q.tx.all("SELECT entry_seq, returned FROM recall_counts")}
+            indexes = [r["name"] for r in await q.tx.all(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'recall_results' AND sql IS NOT NULL")]
+            returned = {seq: (await q.entry_recall_stats(seq))[0] for seq in range(1, 5)}
+            _, never = await q.never_recalled(1, 1.0, 10)
+            return counts, indexes, returned, [e.id for e in never], await q.meta_get("schema_version")
+
+        result: tuple[dict[int, int], list[str], dict[int, int], list[str], str | None] = await driver.read(unit)
+        return result
+    finally:
+        await driver.close()
+
+
+async def test_version_5_counts_the_results_a_version_4_store_holds(tmp_path: Path) -> None:
+    path = tmp_path / "v4.db"
+    _version_4_database(path)
+    counts, indexes, returned, never, version = await _counts_and_figures(path)
+    assert counts == {1: 3, 2: 1, 3: 1}
+    assert indexes == []  # recall_results_entry is gone (the primary key's own index has no sql)
+    assert returned == {1: 3, 2: 1, 3: 1, 4: 0}
+    assert never == ["e4"]
+    assert version == str(LATEST_VERSION)
+
+
+async def test_version_5_run_again_counts_afresh(tmp_path: Path) -> None:
+    """A store set back to an older version number (an operator's restore,
+    or a gateway of that version having written result rows without
+    counting them) is counted again from its rows, not counted twice."""
+    path = tmp_path / "v4.db"
+    _version_4_database(path)
+    await _counts_and_figures(path)
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE dashboard_sessions")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.execute("INSERT INTO recall_results VALUES (3, 4, 0, 1.0)")  # not counted, as version 4 wrote it
+    conn.commit()
+    conn.close()
+    counts, indexes, returned, never, version = await _counts_and_figures(path)
+    assert counts == {1: 3, 2: 1, 3: 1, 4: 1}
+    assert indexes == [] and returned == {1: 3, 2: 1, 3: 1, 4: 1} and never == []
+    assert version == str(LATEST_VERSION)
