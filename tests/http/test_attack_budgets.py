@@ -234,6 +234,43 @@ async def test_recall_and_recall_used_share_the_read_budget(
     assert (await recall(client, acme.reader)).status_code == 200
 
 
+async def test_a_busy_reader_is_counted_from_its_last_minute_and_refused_at_the_budget_all_the_same(
+    client: httpx.AsyncClient, acme: ProjectTokens, hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read budget of a recall is counted over the whole hour once a
+    minute per principal; in between, over the rows since that count (their
+    sum bounds the hour's).  Spread over minutes and past the edge of the
+    hour, the budget still refuses its first recall over the limit, and
+    comes back when the hour has passed."""
+    from gateway.store.queries import Queries
+
+    tight(hub, recalls=6)
+    windows: list[float] = []
+    count = Queries.count_reads_since
+
+    async def counted(self: Queries, project_id: int, principal: str, since: float, *, lock: bool = False) -> Any:
+        windows.append(hub.clock.now() - since)
+        return await count(self, project_id, principal, since, lock=lock)
+
+    monkeypatch.setattr(Queries, "count_reads_since", counted)
+    for step in range(5):
+        assert (await recall(client, acme.reader)).status_code == 200
+        await settle(hub)  # its record committed, as it is a moment after the answer
+        hub.clock.advance(20)
+    # One exact count of the hour per minute; the others counted 21-41 s.
+    assert [round(w) for w in windows] == [HOUR, 21, 41, HOUR, 21]
+    assert (await recall(client, acme.reader)).status_code == 200  # the sixth, at 100 s
+    await settle(hub)
+    windows.clear()
+    hub.clock.advance(1)
+    await refused_and_nothing_written(hub, lambda: recall(client, acme.reader))
+    assert windows[-1] == HOUR  # at the edge the hour is counted exactly
+    hub.clock.advance(HOUR - 100)  # the first recall of the hour has left it
+    assert (await recall(client, acme.reader)).status_code == 200
+    await settle(hub)
+    await refused_and_nothing_written(hub, lambda: recall(client, acme.reader))
+
+
 async def test_a_repeated_use_writes_nothing_and_the_budget_holds_across_many_recalls(
     client: httpx.AsyncClient, acme: ProjectTokens, hub: Hub
 ) -> None:
