@@ -114,6 +114,8 @@ class Entry:
     provenance: dict[str, Any] | None = None
     supports: list[Support] = field(default_factory=list)
     contradictions: list[ContradictionRecord] = field(default_factory=list)
+    # to_json's answer, kept with what it was built from (see to_json).
+    _json: tuple[tuple[Any, ...], dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
 
     def effective_state(self, now: float) -> str:
         return effective_state(self.state, self.expires_at, now)
@@ -151,13 +153,27 @@ class Entry:
         return self.effective_state(now) == "trusted"
 
     def to_json(self, now: float) -> dict[str, Any]:
+        """A fresh dict each call (callers add to it).  The entry's text
+        never changes; what may (its state, expiry, promotion, and its
+        supports and contradictions, only ever appended) is the key the
+        answer is kept with: recall returns the same entries again and
+        again, and building one was most of a recall's answer."""
+        key = (self.state, self.expires_at, self.promoted_at, self.promoted_by, len(self.supports), len(self.contradictions))
+        kept = self._json
+        if kept is None or kept[0] != key:
+            kept = self._json = (key, self._payload())
+        payload = dict(kept[1])
+        payload["state"] = self.effective_state(now)
+        return payload
+
+    def _payload(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "project": self.project_slug,
             "kind": self.kind,
             "statement": self.statement,
             "evidence": self.evidence,
-            "state": self.effective_state(now),
+            "state": self.state,  # to_json writes the effective state of the moment
             "created_at": to_rfc3339(self.created_at),
             "created_by": self.created_by,
             "created_via": self.created_via,

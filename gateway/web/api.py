@@ -185,15 +185,17 @@ async def whoami(request: Request) -> Response:
 
 P = "/v1/projects/{project}"
 
+# The router tries routes in order, each a regular expression: an agent's
+# most frequent call, recall, comes first.
 routes = [
+    Route(f"{P}/recall", recall, methods=["GET"]),
+    Route(f"{P}/recall_used", recall_used, methods=["POST"]),
     Route(f"{P}/entries", create_entry, methods=["POST"]),
     Route(f"{P}/entries", list_entries, methods=["GET"]),
     Route(f"{P}/entries/{{entry_id}}", get_entry, methods=["GET"]),
     Route(f"{P}/entries/{{entry_id}}/confirm", confirm_entry, methods=["POST"]),
     Route(f"{P}/entries/{{entry_id}}/refute", refute_entry, methods=["POST"]),
     Route(f"{P}/events", post_event, methods=["POST"]),
-    Route(f"{P}/recall", recall, methods=["GET"]),
-    Route(f"{P}/recall_used", recall_used, methods=["POST"]),
     Route(f"{P}/audit", audit, methods=["GET"]),
     Route(f"{P}/settings", settings, methods=["GET", "PATCH"]),
     Route(f"{P}/playbook", playbook, methods=["GET", "PUT"]),

@@ -156,3 +156,31 @@ def test_confirm_never_passes_a_live_contradiction(ages: list[float], state: str
         assert decision.verdict is not Verdict.PROMOTE
     if decision.verdict is Verdict.PROMOTE:
         assert state in ("candidate", "contradicted")
+
+
+def test_an_entrys_json_follows_every_change_it_can_undergo() -> None:
+    """`Entry.to_json` keeps what it built with the fields that can change;
+    each change (state, expiry, promotion, a support, a contradiction) and
+    the passing of time show in the next answer, and callers get a dict of
+    their own."""
+    from gateway.knowledge.model import ContradictionRecord, Entry, Support
+
+    entry = Entry(seq=1, id="kn_1", project_id=1, project_slug="acme", kind="fact", statement="S.", evidence=None,
+                  state="candidate", created_at=NOW, created_by="agent-7", created_via="learn", expires_at=None,
+                  promoted_at=None, promoted_by=None)
+    first = entry.to_json(NOW)
+    assert first["state"] == "candidate" and first["supports"] == [] and list(first)[5] == "state"
+    first["score"] = 1.0
+    assert "score" not in entry.to_json(NOW)
+    entry.supports.append(Support(issuer="oidc:ci:acme", source="c", attestation_id="at_1", at=NOW))
+    assert [s["issuer"] for s in entry.to_json(NOW)["supports"]] == ["oidc:ci:acme"]
+    assert entry.to_json(NOW)["distinct_issuers"] == 1
+    entry.state, entry.promoted_at, entry.promoted_by = "trusted", NOW, "owner:olivia"
+    promoted = entry.to_json(NOW)
+    assert (promoted["state"], promoted["promoted_by"], promoted["vouched_by"]) == (
+        "trusted", "owner:olivia", ["oidc:ci:acme", "owner:olivia"])
+    entry.expires_at = NOW + DAY
+    assert entry.to_json(NOW)["expires_at"] is not None and entry.to_json(NOW + 2 * DAY)["state"] == "retired"
+    entry.contradictions.append(ContradictionRecord(by="agent-9", detail={"why": "x"}, at=NOW, until=NOW + DAY))
+    entry.state = "contradicted"
+    assert entry.to_json(NOW)["state"] == "contradicted" and len(entry.to_json(NOW)["contradictions"]) == 1
