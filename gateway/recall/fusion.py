@@ -36,9 +36,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
-from gateway.recall.search import STOP_WORDS, terms, words
+from gateway.recall.search import STOP_WORDS, query_words, terms, words
 
 # A pasted token has a digit, `_`, `.`, `/`, `\` or `-` in it, or a capital
 # inside lower case (`maxRetries`, `HTTPClient`).  A word in capitals alone
@@ -86,11 +87,18 @@ def token_like_terms(query: str) -> set[str]:
     return found
 
 
+@lru_cache(maxsize=4096)
+def held_words(text: str) -> frozenset[str]:
+    """The words of an entry's text (kept per text: recall reads the same
+    entries again and again)."""
+    return frozenset(words(text))
+
+
 def coverage(query_terms: Sequence[str], text: str) -> float:
     """Share of the query's content words that `text` holds (0..1)."""
     if not query_terms:
         return 0.0
-    held = set(words(text))
+    held = held_words(text)
     return sum(1 for t in query_terms if t in held) / len(query_terms)
 
 
@@ -108,10 +116,10 @@ def read(
 ) -> Readings:
     """The readings of one question; `df` is the project's document
     frequency per word (empty when unknown: no rare match then)."""
-    cov = coverage(terms(query), top_lexical_text) if top_lexical_text else 0.0
+    cov = coverage(terms(query, tokens=query_words(query)), top_lexical_text) if top_lexical_text else 0.0
     rare = False
     if top_lexical_text and df:
-        held = set(words(top_lexical_text))
+        held = held_words(top_lexical_text)
         rare = any(t in held and 0 < df.get(t, 0) <= rule.rare_df for t in token_like_terms(query))
     best = lexical_best_first[0] if lexical_best_first else 0.0
     runner_up = lexical_best_first[1] if len(lexical_best_first) > 1 else 0.0

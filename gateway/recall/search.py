@@ -119,10 +119,20 @@ class QueryPlan:
 
 def words(text: str) -> list[str]:
     """Word tokens of `text`, lower-cased, apostrophes normalised."""
-    return [m.group(0).replace("’", "'") for m in _WORD.finditer(text[:MAX_QUERY_CHARS].casefold())]
+    found: list[str] = _WORD.findall(text[:MAX_QUERY_CHARS].casefold())
+    if "’" in text:
+        return [word.replace("’", "'") for word in found]
+    return found
 
 
-def terms(query: str, *, stop_words: bool = True, tokens: list[str] | None = None) -> list[str]:
+@lru_cache(maxsize=1024)
+def query_words(query: str) -> tuple[str, ...]:
+    """`words` of a question, kept: a recall reads its question twice (its
+    plan, and how much of it the best answer holds)."""
+    return tuple(words(query))
+
+
+def terms(query: str, *, stop_words: bool = True, tokens: Sequence[str] | None = None) -> list[str]:
     """The query's distinct content words, lower-cased, in order (`tokens`: its `words`, if already split)."""
     all_words = words(query) if tokens is None else tokens
     seen: dict[str, None] = {}
@@ -157,7 +167,7 @@ def _cue_tables() -> tuple[dict[str, frozenset[str]], tuple[tuple[str, str], ...
 _SINGLE_CUES, _MULTI_CUES = _cue_tables()
 
 
-def hinted_kinds(query: str, *, tokens: list[str] | None = None) -> frozenset[str]:
+def hinted_kinds(query: str, *, tokens: Sequence[str] | None = None) -> frozenset[str]:
     """The entry kinds a question asks for in so many words."""
     tokens = words(query) if tokens is None else tokens
     found: set[str] = set()
@@ -186,7 +196,7 @@ def expansion_words(term: str, per_term: int) -> tuple[str, ...]:
 def plan_query(query: str, ranking: Ranking | None = None) -> QueryPlan:
     """What to look for: weighted phrases and kind hints.  Never raises."""
     ranking = ranking or DEFAULT_RANKING
-    tokens = words(query)
+    tokens = query_words(query)
     base = terms(query, stop_words=ranking.stop_words, tokens=tokens)
     phrases: dict[str, Phrase] = {}
     for term in base:
