@@ -87,19 +87,24 @@ def token_like_terms(query: str) -> set[str]:
     return found
 
 
-@lru_cache(maxsize=4096)
-def held_words(text: str) -> frozenset[str]:
-    """The words of an entry's text (kept per text: recall reads the same
-    entries again and again)."""
-    return frozenset(words(text))
+@lru_cache(maxsize=1024)
+def _spaced_words(text: str) -> str:
+    # One string, not a set: a cache of sets is thousands of objects for the
+    # garbage collector to walk, a string is none.
+    return " " + " ".join(words(text)) + " "
+
+
+def holds(text: str, word: str) -> bool:
+    """Whether `word` is one of the words of `text` (an entry's: kept per
+    text, since recall reads the same entries again and again)."""
+    return f" {word} " in _spaced_words(text)
 
 
 def coverage(query_terms: Sequence[str], text: str) -> float:
     """Share of the query's content words that `text` holds (0..1)."""
     if not query_terms:
         return 0.0
-    held = held_words(text)
-    return sum(1 for t in query_terms if t in held) / len(query_terms)
+    return sum(1 for t in query_terms if holds(text, t)) / len(query_terms)
 
 
 def logistic(x: float) -> float:
@@ -119,8 +124,7 @@ def read(
     cov = coverage(terms(query, tokens=query_words(query)), top_lexical_text) if top_lexical_text else 0.0
     rare = False
     if top_lexical_text and df:
-        held = held_words(top_lexical_text)
-        rare = any(t in held and 0 < df.get(t, 0) <= rule.rare_df for t in token_like_terms(query))
+        rare = any(holds(top_lexical_text, t) and 0 < df.get(t, 0) <= rule.rare_df for t in token_like_terms(query))
     best = lexical_best_first[0] if lexical_best_first else 0.0
     runner_up = lexical_best_first[1] if len(lexical_best_first) > 1 else 0.0
     margin = 1.0 - runner_up / best if best > 0 else 0.0
