@@ -43,11 +43,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process and its waited-for children (Linux)."""
+def cpu_seconds(pid: int, *, system_only: bool = False) -> float:
+    """User + system CPU time of a process (or its system time alone: what
+    the kernel spent on its behalf, the log's page writes and the sockets) (Linux)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks = int(fields[12]) if system_only else int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
 
@@ -156,6 +158,7 @@ def wrk_run(port: int, lines: Sequence[str], connections: int, *, threads: int =
     done_prefix = folder / "done"
     try:
         before = cpu_seconds(server_pid) if server_pid else float("nan")
+        before_sys = cpu_seconds(server_pid, system_only=True) if server_pid else float("nan")
         wrk = subprocess.Popen(
             [wrk_binary(), f"-t{threads}", f"-c{connections}", f"-d{timeout_s}s", "--timeout", "10s",
              "-s", str(LUA), f"http://127.0.0.1:{port}", "--", str(path), str(stop_after), str(threads),
@@ -170,6 +173,7 @@ def wrk_run(port: int, lines: Sequence[str], connections: int, *, threads: int =
             wrk.send_signal(signal.SIGINT)
         stdout, stderr = wrk.communicate(timeout=30)
         after = cpu_seconds(server_pid) if server_pid else float("nan")
+        after_sys = cpu_seconds(server_pid, system_only=True) if server_pid else float("nan")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if wrk.returncode != 0:
@@ -187,13 +191,15 @@ def wrk_run(port: int, lines: Sequence[str], connections: int, *, threads: int =
         "statuses": {int(k): v for k, v in raw["statuses"].items()},
         "errors": {k: v for k, v in raw["errors"].items() if v and k != "status"},
         "server_cpu_us": (after - before) / max(1, raw["requests"]) * 1e6,
+        "server_sys_us": (after_sys - before_sys) / max(1, raw["requests"]) * 1e6,
     }
 
 
 def show(name: str, row: dict[str, Any]) -> None:
     errors = f"   socket errors {row['errors']}" if row.get("errors") else ""
     print(f"{name:<26} {row['per_second']:>8.0f} req/s   p50 {row['p50_ms']:6.2f} ms   p99 {row['p99_ms']:6.2f} ms   "
-          f"server CPU {row['server_cpu_us']:5.0f} us/req   statuses {row['statuses']}{errors}", flush=True)
+          f"server CPU {row['server_cpu_us']:5.0f} us/req ({row.get('server_sys_us', float('nan')):.0f} system)   "
+          f"statuses {row['statuses']}{errors}", flush=True)
 
 
 def spread(values: Sequence[float], fmt: str = "{:.3f}") -> str:

@@ -152,7 +152,9 @@ def main() -> int:
     print(f"  sequential /healthz p50 {spread([h['p50_ms'] for h, _ in sequential], '{:.2f}')} ms")
     for c, rounds in loaded.items():
         print(f"  {c} connections: recalls/s {spread([x['per_second'] for _, x in rounds], '{:.0f}')}, "
-              f"ratio to /healthz {spread(ratios(rounds))}, p99 {spread([x['p99_ms'] for _, x in rounds], '{:.1f}')} ms")
+              f"ratio to /healthz {spread(ratios(rounds))}, p99 {spread([x['p99_ms'] for _, x in rounds], '{:.1f}')} ms, "
+              f"server CPU {spread([x['server_cpu_us'] for _, x in rounds], '{:.0f}')} us per recall "
+              f"(system {spread([x.get('server_sys_us', float('nan')) for _, x in rounds], '{:.0f}')})")
     statuses: dict[int, int] = {}
     for _, x in sequential + [pair for rounds in loaded.values() for pair in rounds]:
         for status, count in x["statuses"].items():
