@@ -81,18 +81,12 @@ class RecallQueries(EntryQueries):
         """The recall and its results; where the store keeps recall counters,
         each returned entry's count goes up in the same unit, so a count never
         disagrees with the result rows."""
+        recall = (recall_id, project_id, principal, query, kind, via, len(results), now)
         if self.dialect.array_params:
             # One statement, one SQL text: the recall and its results.
             await self.tx.run(
                 INSERT_RECALL,
-                recall_id,
-                project_id,
-                principal,
-                query,
-                kind,
-                via,
-                len(results),
-                now,
+                *recall,
                 [entry.seq for entry, _ in results],
                 list(range(len(results))),
                 [score for _, score in results],
@@ -101,14 +95,7 @@ class RecallQueries(EntryQueries):
             row = await self.tx.one(
                 "INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-                recall_id,
-                project_id,
-                principal,
-                query,
-                kind,
-                via,
-                len(results),
-                now,
+                *recall,
             )
             assert row is not None
             if results:
