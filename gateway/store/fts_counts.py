@@ -118,15 +118,17 @@ class PhraseCounts:
         """The entries of `seqs` that `known`'s version holds: kept ones as
         they are, the others `fetch`ed (in the snapshot `known` was read in)
         and kept.  Callers read them, never change them."""
-        missing = [seq for seq in seqs if seq not in known.entries]
+        kept = known.entries
+        found = {seq: kept[seq] for seq in seqs if seq in kept}
+        missing = [seq for seq in seqs if seq not in kept]
         if missing:
             fetched = await fetch(missing)
+            found.update(fetched)  # before a drop below can take the kept ones away
             if self._kept_entries + len(fetched) > MAX_KEPT_ENTRIES:
                 self._drop_entries()
             known.entries.update(fetched)
             self._kept_entries += len(fetched)
-        kept = known.entries
-        return {seq: kept[seq] for seq in seqs if seq in kept}
+        return found
 
     def _drop_held(self) -> None:
         for known in self._tables.values():

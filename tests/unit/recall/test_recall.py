@@ -432,3 +432,20 @@ async def test_what_recall_shows_of_an_entry_follows_it_while_it_stays_trusted(
         await shown()
         await shown()
         assert len(fetched) == 5
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_answers_kept_past_the_bound_are_all_still_returned(
+    hub: Hub, acme: ProjectTokens, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the kept entries pass their process-wide bound they are dropped,
+    and a recall that had some of its answers kept still returns them all."""
+    from gateway.store import fts_counts
+
+    monkeypatch.setattr(fts_counts, "MAX_KEPT_ENTRIES", 2)
+    ids = await _trusted(hub, "acme", [("fact", f"Nightly job {n} uploads the coverage report.") for n in range(3)])
+    reader = await _reader(hub, acme.reader)
+    _, first = await hub.recall.recall(reader, "which nightly job uploads the coverage report", None, 2)
+    assert len(first) == 2  # two kept: the bound is full
+    _, every = await hub.recall.recall(reader, "which nightly job uploads the coverage report", None, 3)
+    assert sorted(e.id for e, _ in every) == sorted(ids.values())
