@@ -11,7 +11,7 @@ from gateway.core.errors import Conflict, Invalid, NotFound, Unauthorized
 from gateway.knowledge.permissions import require
 from gateway.knowledge.model import LEVELS, Principal, Project, ProjectSettings
 from gateway.knowledge.settings import SLUG, default_settings, validate_settings
-from gateway.store.base import Driver
+from gateway.store.base import Driver, read_statement
 from gateway.store.queries import Queries, _project
 
 PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
@@ -146,7 +146,7 @@ class Accounts:
         """The principal behind a bearer token, or 401."""
         if not secret or len(secret) > tokens.MAX_TOKEN_CHARS:
             raise Unauthorized("the bearer token is not valid for this gateway", code="invalid_token")
-        row = await self.driver.read(lambda q: q.token_by_hash(tokens.digest(secret)))
+        row = await read_statement(self.driver, lambda q: q.token_by_hash(tokens.digest(secret)))
         if row is None or row["revoked_at"] is not None or not tokens.matches(secret, row["token_hash"]):
             raise Unauthorized("the bearer token is not valid for this gateway (unknown or revoked)", code="invalid_token")
         return Principal(project=_project(row), name=row["principal"], level=row["level"])

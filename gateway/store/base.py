@@ -22,6 +22,8 @@ single writer must not wait on searches.
 `write_statement(driver, unit)` (below) is `write` for a unit that sends
 exactly one statement: a driver may run it as that statement's own
 transaction (PostgreSQL: no BEGIN/COMMIT, one round trip instead of three).
+`read_statement(driver, unit)` is the same for `read` (a single statement
+reads one snapshot by itself): the bearer token's lookup on every request.
 
 A driver may also name its database for per-process caches (`cache_key`, a
 string; PostgreSQL's also reaches its `Tx`).  Only facts that may be a
@@ -96,3 +98,13 @@ async def write_statement(driver: Driver, unit: Unit[T]) -> T:
     if single is not None:
         return cast(T, await single(unit))
     return await driver.write(unit)
+
+
+async def read_statement(driver: Driver, unit: Unit[T]) -> T:
+    """`driver.read(unit)` for a unit that sends exactly one statement, as
+    that statement's own (implicit) transaction where the driver offers it
+    (`read_statement` method): one statement sees one snapshot anyway."""
+    single = getattr(driver, "read_statement", None)
+    if single is not None:
+        return cast(T, await single(unit))
+    return await driver.read(unit)

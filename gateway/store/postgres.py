@@ -370,6 +370,17 @@ class PostgresDriver:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
                     return await unit(Queries(PostgresTx(conn, self.cache_key)))
 
+    async def read_statement(self, unit: Unit[T]) -> T:
+        """`read` for a unit of one statement, outside a transaction block
+        (`gateway.store.base.read_statement`): the statement reads one
+        snapshot by itself, and BEGIN and COMMIT would be two round trips
+        more."""
+        from gateway.store.queries import Queries
+
+        with _server_faults("read"):
+            async with self._acquire() as conn:
+                return await unit(Queries(PostgresTx(conn, self.cache_key)))
+
     @contextlib.asynccontextmanager
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
         import asyncpg

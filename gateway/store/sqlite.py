@@ -205,6 +205,17 @@ class SqliteDriver:
             finally:
                 self._reader.execute("COMMIT")
 
+    async def read_statement(self, unit: Unit[T]) -> T:
+        """`read` for a unit of one statement, without BEGIN and COMMIT
+        (`gateway.store.base.read_statement`): the statement is its own read
+        transaction, which ends when its cursor is released (`SqliteTx`
+        keeps none past the call that ran it)."""
+        from gateway.store.queries import Queries
+
+        assert self._reader is not None and self._read_lock is not None
+        async with self._read_lock:
+            return await unit(Queries(SqliteTx(self._reader, self._phrase_counts)))
+
     async def _write_loop(self) -> None:
         """Take whatever is waiting, run it as one transaction, repeat.
 
