@@ -48,6 +48,13 @@ class Dialect:
     # transaction beside other recalls, and a counter row they all update
     # would fail their serialization checks.
     recall_counters: bool
+    # Whether a table's new row always takes an id above every id committed
+    # before it, so that the rows above an id read in a snapshot are exactly
+    # those committed since: SQLite's one writer at a time and its ids, the
+    # table's largest plus one (the read budget counts a busy agent's new
+    # recalls this way, `gateway.recall.service`).  PostgreSQL's sequences
+    # hand ids out in the order transactions ask, not the order they commit.
+    ordered_ids: bool
 
     def lock_rows(self, of: str | None = None, *, skip_locked: bool = False) -> str:
         """The clause that locks the rows a SELECT reads (of table alias
@@ -69,6 +76,7 @@ SQLITE = Dialect(
     # Moments are never negative, so the truncating CAST is a floor.
     utc_day_sql="CAST({column} / 86400 AS INTEGER)",
     recall_counters=True,
+    ordered_ids=True,
 )
 
 POSTGRES = Dialect(
@@ -79,6 +87,7 @@ POSTGRES = Dialect(
     # PostgreSQL's CAST rounds, hence the FLOOR.
     utc_day_sql="CAST(FLOOR({column} / 86400) AS BIGINT)",
     recall_counters=False,
+    ordered_ids=False,
 )
 
 DIALECTS = {d.name: d for d in (SQLITE, POSTGRES)}

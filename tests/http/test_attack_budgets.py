@@ -239,26 +239,44 @@ async def test_a_busy_reader_is_counted_from_its_last_minute_and_refused_at_the_
 ) -> None:
     """The read budget of a recall is counted over the whole hour once a
     minute per principal; in between, over the rows since that count (their
-    sum bounds the hour's).  Spread over minutes and past the edge of the
-    hour, the budget still refuses its first recall over the limit, and
-    comes back when the hour has passed."""
+    sum bounds the hour's): on SQLite the recalls above the last id seen,
+    on PostgreSQL the reads of the last 21-41 s.  Spread over minutes and
+    past the edge of the hour, the budget still refuses its first recall
+    over the limit, and comes back when the hour has passed."""
     from gateway.store.queries import Queries
 
     tight(hub, recalls=6)
+    reader = (await hub.accounts.authenticate(acme.reader)).name
     windows: list[float] = []
-    count = Queries.count_reads_since
+    after: list[int] = []
+    count, count_after = Queries.count_reads_since, Queries.count_reads_after
 
     async def counted(self: Queries, project_id: int, principal: str, since: float, *, lock: bool = False) -> Any:
-        windows.append(hub.clock.now() - since)
+        if principal == reader:
+            windows.append(hub.clock.now() - since)
         return await count(self, project_id, principal, since, lock=lock)
 
+    async def counted_after(self: Queries, project_id: int, principal: str, *args: Any) -> Any:
+        found = await count_after(self, project_id, principal, *args)
+        if principal == reader:
+            after.append(found[0])
+        return found
+
     monkeypatch.setattr(Queries, "count_reads_since", counted)
+    monkeypatch.setattr(Queries, "count_reads_after", counted_after)
     for step in range(5):
         assert (await recall(client, acme.reader)).status_code == 200
         await settle(hub)  # its record committed, as it is a moment after the answer
+        # Another principal's recalls between the reader's are not the reader's.
+        assert (await recall(client, acme.writer)).status_code == 200
+        await settle(hub)
         hub.clock.advance(20)
-    # One exact count of the hour per minute; the others counted 21-41 s.
-    assert [round(w) for w in windows] == [HOUR, 21, 41, HOUR, 21]
+    # One exact count of the hour per minute; in between, the rows since.
+    if hub.driver.dialect == "sqlite":
+        assert [round(w) for w in windows] == [HOUR, HOUR]
+        assert after == [1, 1, 1]  # each time, the one recall it made since its last check
+    else:
+        assert [round(w) for w in windows] == [HOUR, 21, 41, HOUR, 21]
     assert (await recall(client, acme.reader)).status_code == 200  # the sixth, at 100 s
     await settle(hub)
     windows.clear()
@@ -269,6 +287,38 @@ async def test_a_busy_reader_is_counted_from_its_last_minute_and_refused_at_the_
     assert (await recall(client, acme.reader)).status_code == 200
     await settle(hub)
     await refused_and_nothing_written(hub, lambda: recall(client, acme.reader))
+
+
+@pytest.mark.parametrize("most", [5_000, 2])
+async def test_recalls_another_process_records_between_two_checks_are_counted(
+    client: httpx.AsyncClient, acme: ProjectTokens, hub: Hub, config: Config, clock: Any,
+    monkeypatch: pytest.MonkeyPatch, most: int,
+) -> None:
+    """Between two exact counts a check adds up what came since, whichever
+    process recorded it: a second process's recalls of the same agent are
+    spent from the same budget, and so are many recalls of others in
+    between (past `MAX_SCANNED` of them the hour is counted instead)."""
+    from gateway.recall import service
+
+    monkeypatch.setattr(service, "MAX_SCANNED", most)
+    tight(hub, recalls=5)
+    second = Hub(config, clock=clock)
+    await second.start(background=False)
+    try:
+        tight(second, recalls=5)
+        reader = await second.accounts.authenticate(acme.reader)
+        writer = await second.accounts.authenticate(acme.writer)
+        assert (await recall(client, acme.reader)).status_code == 200  # 1, counted exactly here
+        await settle(hub)
+        for _ in range(3):
+            await second.recall.recall(reader, "deploy")  # 2-4, on the other process
+            await second.recall.recall(writer, "deploy")  # not the reader's
+        await settle(second)
+        assert (await recall(client, acme.reader)).status_code == 200  # 5 of 5
+        await settle(hub)
+        await refused_and_nothing_written(hub, lambda: recall(client, acme.reader))
+    finally:
+        await second.stop()
 
 
 async def test_a_repeated_use_writes_nothing_and_the_budget_holds_across_many_recalls(

@@ -73,6 +73,41 @@ class BudgetQueries(QueryBase):
         )
         return (int(row["n"] or 0), row["oldest"]) if row else (0, None)
 
+    async def last_recall_id(self) -> int:
+        """The largest recall id in this snapshot (0 for none): with
+        `Dialect.ordered_ids`, every recall recorded later has a larger one."""
+        row = await self.tx.one("SELECT MAX(seq) AS top FROM recalls")
+        return int(row["top"] or 0) if row else 0
+
+    async def count_reads_after(
+        self, project_id: int, principal: str, after: int, most: int, uses_since: float
+    ) -> tuple[int, int, int] | None:
+        """`principal`'s recalls with an id above `after` and its recorded
+        uses since `uses_since`, and the largest recall id now; None when
+        more than `most` recalls of anyone came after `after` (the caller
+        counts the hour instead of scanning them).  Only where
+        `Dialect.ordered_ids` holds: then the recalls above `after` are
+        every recall committed since `after` was read.  The ids' range is
+        read, not the principal's index (`+` keeps SQLite off it): the rows
+        since a busy principal's last count are few."""
+        row = await self.tx.one(
+            "SELECT (SELECT MAX(seq) FROM recalls) AS top, "
+            "(SELECT COUNT(*) FROM recalls WHERE seq > ? AND seq <= ? AND +project_id = ? AND +principal = ?) AS recalls, "
+            "(SELECT COUNT(*) FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
+            "WHERE ru.project_id = ? AND ru.at > ? AND r.principal = ?) AS uses",
+            after,
+            after + most,
+            project_id,
+            principal,
+            project_id,
+            uses_since,
+            principal,
+        )
+        top = int(row["top"] or 0) if row else 0
+        if row is None or top > after + most:
+            return None
+        return int(row["recalls"]), int(row["uses"]), top
+
     async def count_events_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
         return await self._count_since(
             f"budget:events:{project_id}:{principal}",
