@@ -34,6 +34,7 @@ from gateway.core.config import Config
 from gateway.core.metrics import Metrics
 from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from gateway.core.ids import new_id
+from gateway.core.logs import note
 from gateway.knowledge.model import Support
 from gateway.knowledge.service import Knowledge
 from gateway.store.base import Driver, write_statement
@@ -320,8 +321,8 @@ class AttestationIntake:
             self._counter(statement.outcome, result["counted"]).inc()
             if result["promoted"]:
                 self.metrics.promotions.labels("issuers").inc(len(result["promoted"]))
-            log.info("attestation", extra={"project": project, "issuer": issuer, "check": statement.check[:200],
-                                           "counted": result["counted"]})
+            note(log, "attestation", project=project, issuer=issuer, check=statement.check[:200],
+                 counted=result["counted"])
         return result
 
     def _unit(self, project: str, issuer: str, statement: Statement, reason: str | None, provenance: dict[str, Any],

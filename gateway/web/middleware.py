@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.core.logs import REQUEST_ID
+from gateway.core.logs import REQUEST_FACTS, REQUEST_ID
 from gateway.web.errors import error_response
 
 log = logging.getLogger("relayroom.access")
@@ -21,7 +21,7 @@ MAX_HEADERS_TOTAL = 64 * 1024
 class GuardMiddleware:
     """Refuses oversize headers before any route, token check or crypto runs,
     tags each request with an id, and writes one access-log line (path and
-    status, never a header value)."""
+    status, never a header value, and the facts the route noted)."""
 
     def __init__(self, app: ASGIApp, metrics: Any = None) -> None:
         self.app = app
@@ -47,6 +47,8 @@ class GuardMiddleware:
         request_id = os.urandom(8).hex()  # 16 hex characters, as before, without a UUID object
         scope.setdefault("state", {})["request_id"] = request_id
         request_token = REQUEST_ID.set(request_id)
+        facts: dict[str, object] = {}
+        facts_token = REQUEST_FACTS.set(facts)
         started = time.perf_counter()
         status_holder = [500]
 
@@ -63,6 +65,7 @@ class GuardMiddleware:
             await self.app(scope, receive, send_with_id)
         finally:
             REQUEST_ID.reset(request_token)
+            REQUEST_FACTS.reset(facts_token)
             elapsed = time.perf_counter() - started
             route = _route_template(scope)
             if self.metrics is not None:
@@ -71,6 +74,7 @@ class GuardMiddleware:
                 log.info(
                     "request",
                     extra={
+                        **facts,  # what the route noted (`gateway.core.logs.note`), whitelisted by the formatter
                         "request_id": request_id,
                         "method": scope.get("method"),
                         "route": route,

@@ -196,10 +196,14 @@ async def test_every_log_line_of_a_request_carries_its_id(
     lines = log_lines(json_log)
     mine = [line for line in lines if line.get("request_id") == request_id]
     loggers = {line["logger"] for line in mine}
-    # The JWKS fetch, the attestation record and the access line all say which request they belong to.
-    assert {"relayroom.access", "relayroom.attestations", "relayroom.oidc"} <= loggers, mine
+    # The JWKS fetch and the access line both say which request they belong to.
+    assert {"relayroom.access", "relayroom.oidc"} <= loggers, mine
     access = next(line for line in mine if line["logger"] == "relayroom.access")
     assert (access["route"], access["status"], access["method"]) == ("/v1/attestations", 201, "POST")
+    # The attestation's facts ride on its access line: one line per request.
+    assert (access["project"], access["check"], access["counted"]) == ("acme", "unit", True), access
+    assert access["issuer"].startswith("oidc:") and access["issuer"].endswith(":acme"), access
+    assert "relayroom.attestations" not in loggers, mine
     assert all({"ts", "level", "logger", "msg"} <= set(line) for line in lines)
     assert {line["request_id"] for line in lines if line["logger"] == "relayroom.access"} >= ids
 

@@ -211,3 +211,34 @@ def test_a_loop_that_closes_before_its_flush_does_not_hold_later_lines(
     asyncio.run(next_loop())
     assert [json.loads(x)["msg"] for x in stream.getvalue().decode().splitlines()] == [
         "last line of a loop", "first line of the next loop"]
+
+
+def test_noted_facts_ride_on_the_request_line_or_make_a_line_outside_a_request() -> None:
+    from gateway.core.logs import REQUEST_FACTS, note
+
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    configure_logging("info", "json", stream)
+    try:
+        attestations = logging.getLogger("relayroom.attestations")
+        facts: dict[str, object] = {}
+        token = REQUEST_FACTS.set(facts)
+        try:
+            note(attestations, "attestation", project="acme", check="unit", counted=True)
+        finally:
+            REQUEST_FACTS.reset(token)
+        assert facts == {"project": "acme", "check": "unit", "counted": True}
+        assert stream.getvalue() == ""  # nothing of its own while a request is served
+        note(attestations, "attestation", project="acme", check="unit", counted=False)  # a command, no request
+        logging.getLogger().handlers[0].flush()
+        line = json.loads(stream.getvalue())
+        assert (line["logger"], line["msg"], line["project"], line["counted"]) == (
+            "relayroom.attestations", "attestation", "acme", False)
+        # A terminal's access line shows the noted facts before the request id.
+        text = TextFormatter().format(access_record(project="acme", check="unit", counted=True))
+        assert text.endswith("POST /v1/attestations 201 3.14 ms  project=acme check=unit counted=True "
+                             "request_id=0123456789abcdef"), text
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
