@@ -85,27 +85,30 @@ class BudgetQueries(QueryBase):
         """`principal`'s recalls with an id above `after` and its recorded
         uses since `uses_since`, and the largest recall id now; None when
         more than `most` recalls of anyone came after `after` (the caller
-        counts the hour instead of scanning them).  Only where
+        counts the hour instead; the scan is not even started, the CASE
+        reads the largest id first).  Only where
         `Dialect.ordered_ids` holds: then the recalls above `after` are
         every recall committed since `after` was read.  The ids' range is
         read, not the principal's index (`+` keeps SQLite off it): the rows
-        since a busy principal's last count are few."""
+        of anyone since a principal's last check are few while it is busy
+        (about one per other agent at work), and its own hour's are many."""
         row = await self.tx.one(
-            "SELECT (SELECT MAX(seq) FROM recalls) AS top, "
-            "(SELECT COUNT(*) FROM recalls WHERE seq > ? AND seq <= ? AND +project_id = ? AND +principal = ?) AS recalls, "
+            "SELECT top, CASE WHEN top <= ? THEN (SELECT COUNT(*) FROM recalls "
+            "WHERE seq > ? AND +project_id = ? AND +principal = ?) END AS recalls, "
             "(SELECT COUNT(*) FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
-            "WHERE ru.project_id = ? AND ru.at > ? AND r.principal = ?) AS uses",
-            after,
+            "WHERE ru.project_id = ? AND ru.at > ? AND r.principal = ?) AS uses "
+            "FROM (SELECT COALESCE(MAX(seq), 0) AS top FROM recalls)",
             after + most,
+            after,
             project_id,
             principal,
             project_id,
             uses_since,
             principal,
         )
-        top = int(row["top"] or 0) if row else 0
-        if row is None or top > after + most:
+        if row is None or row["recalls"] is None:
             return None
+        top = int(row["top"])
         return int(row["recalls"]), int(row["uses"]), top
 
     async def count_events_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
