@@ -22,15 +22,14 @@ the caller is within it.  At the budget's edge the hour is counted exactly,
 so a refusal, and its Retry-After, are what they always were.
 
 "The rows since" differ by store.  On SQLite a recall's id is above every
-id committed before it (`Dialect.ordered_ids`), so each check reads only the
-recalls recorded since the previous check (the ids above the last one it
-saw) and adds them up: a busy agent's check reads a handful of rows, not
-the minute's (at 2,000 recalls a second over 64 agents, a tenth of the
-recall's store time).  Every recall committed after the count is counted,
-whichever process made it and however long it was in flight.  On
-PostgreSQL ids do not follow commits, so a check counts by time, from a
-second before the count: what it can miss is a recall of the same
-principal in flight for longer than that.
+id committed before it (`Dialect.ordered_ids`), so each check counts the
+caller's recalls with an id above the largest its previous check saw, and
+adds them up: from the principal's own index, its entries since a second
+before that check, a handful for a busy agent instead of its whole minute
+(an agent at 30 recalls a second read some 900 index entries a check).  On
+PostgreSQL ids do not follow commits, so a check counts the caller's reads
+since a second before the exact count.  Either way what a check can miss is
+a recall of the same principal in flight for longer than that second.
 
 The ranking (`gateway.recall.stages`) is lexical, or fused with the semantic
 stage when the hub handed one in (decided once, from the settings).  A fused
@@ -65,7 +64,6 @@ MAX_LIMIT = 50
 RECOUNT_AFTER = 60.0  # seconds between a principal's exact counts of its hour (per process)
 RECENT_MARGIN = 1.0  # seconds before an exact count that the next bound counts again
 MAX_COUNTED = 10_000  # principals whose last exact count a process keeps
-MAX_SCANNED = 1_000  # recalls of anyone since a principal's last check that the next reads, at most (~50 us)
 
 
 @dataclass(frozen=True)
@@ -76,6 +74,7 @@ class Counted:
     reads: int  # its recalls and uses of that hour
     recalls: int  # its recalls recorded since, up to `last_id` (ordered ids only)
     last_id: int  # the largest recall id that count, or the last check, saw (ordered ids only)
+    checked: float  # when that count or check was made
 
 
 class Recall:
@@ -101,19 +100,19 @@ class Recall:
         key = (principal.project.id, principal.name)
         counted = self._counted.get(key)
         if not lock and counted is not None and 0.0 <= now - counted.at < RECOUNT_AFTER:
-            # From a second before that count for what is counted by time:
-            # a read recorded after the count, with a moment before it (a
-            # recall in flight then, here or in another process).  Rows of
-            # that second count twice, which only makes the bound looser.
+            # From a second before the last count or check: a read recorded
+            # after it with a moment before it (a recall in flight then, here
+            # or in another process) still counts.  On SQLite the ids keep a
+            # recall from counting twice; on PostgreSQL the rows of that
+            # second count twice, which only makes the bound looser.
             if q.dialect.ordered_ids:
-                since = await q.count_reads_after(principal.project.id, principal.name, counted.last_id,
-                                                  MAX_SCANNED, counted.at - RECENT_MARGIN)
-                if since is not None:
-                    recalls, uses, last_id = since
-                    counted = Counted(counted.at, counted.reads, counted.recalls + recalls, last_id)
-                    self._counted[key] = counted
-                    if counted.reads + counted.recalls + uses < limit:  # a bound on the hour's reads now
-                        return
+                recalls, uses, last_id = await q.count_reads_after(
+                    principal.project.id, principal.name, counted.last_id,
+                    counted.checked - RECENT_MARGIN, counted.at - RECENT_MARGIN)
+                counted = Counted(counted.at, counted.reads, counted.recalls + recalls, last_id, now)
+                self._counted[key] = counted
+                if counted.reads + counted.recalls + uses < limit:  # a bound on the hour's reads now
+                    return
             else:
                 recent, _ = await q.count_reads_since(principal.project.id, principal.name,
                                                       counted.at - RECENT_MARGIN)
@@ -126,7 +125,7 @@ class Recall:
             last_id = await q.last_recall_id() if q.dialect.ordered_ids else 0
             if len(self._counted) >= MAX_COUNTED:
                 self._counted.clear()
-            self._counted[key] = Counted(now, count, 0, last_id)
+            self._counted[key] = Counted(now, count, 0, last_id, now)
         refusal = over_budget("recalls and recall_used calls", principal.name, limit, count, oldest, now)
         if refusal is not None:
             raise refusal

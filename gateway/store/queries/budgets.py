@@ -80,36 +80,31 @@ class BudgetQueries(QueryBase):
         return int(row["top"] or 0) if row else 0
 
     async def count_reads_after(
-        self, project_id: int, principal: str, after: int, most: int, uses_since: float
-    ) -> tuple[int, int, int] | None:
-        """`principal`'s recalls with an id above `after` and its recorded
-        uses since `uses_since`, and the largest recall id now; None when
-        more than `most` recalls of anyone came after `after` (the caller
-        counts the hour instead; the scan is not even started, the CASE
-        reads the largest id first).  Only where
-        `Dialect.ordered_ids` holds: then the recalls above `after` are
-        every recall committed since `after` was read.  The ids' range is
-        read, not the principal's index (`+` keeps SQLite off it): the rows
-        of anyone since a principal's last check are few while it is busy
-        (about one per other agent at work), and its own hour's are many."""
+        self, project_id: int, principal: str, after: int, recalls_since: float, uses_since: float
+    ) -> tuple[int, int, int]:
+        """`principal`'s recalls with an id above `after` and a moment after
+        `recalls_since`, its recorded uses since `uses_since`, and the
+        largest recall id now.  Only where `Dialect.ordered_ids` holds: then
+        the recalls above `after` are those committed since `after` was
+        read, and none is counted twice.  The recalls are read from the
+        principal's own index, its entries since `recalls_since` (each
+        carries its id): a handful for an agent checking at every recall."""
         row = await self.tx.one(
-            "SELECT top, CASE WHEN top <= ? THEN (SELECT COUNT(*) FROM recalls "
-            "WHERE seq > ? AND +project_id = ? AND +principal = ?) END AS recalls, "
+            "SELECT top, (SELECT COUNT(*) FROM recalls "
+            "WHERE project_id = ? AND principal = ? AND at > ? AND seq > ?) AS recalls, "
             "(SELECT COUNT(*) FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
             "WHERE ru.project_id = ? AND ru.at > ? AND r.principal = ?) AS uses "
             "FROM (SELECT COALESCE(MAX(seq), 0) AS top FROM recalls)",
-            after + most,
-            after,
             project_id,
             principal,
+            recalls_since,
+            after,
             project_id,
             uses_since,
             principal,
         )
-        if row is None or row["recalls"] is None:
-            return None
-        top = int(row["top"])
-        return int(row["recalls"]), int(row["uses"]), top
+        assert row is not None  # an aggregate always answers one row
+        return int(row["recalls"]), int(row["uses"]), int(row["top"])
 
     async def count_events_since(self, project_id: int, principal: str, since: float) -> tuple[int, float | None]:
         return await self._count_since(
