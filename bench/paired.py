@@ -1,0 +1,141 @@
+"""Two checkouts of the gateway against each other, in the same minutes.
+
+    .venv/bin/python bench/paired.py --before DIR [--after DIR] recall [--entries 30] [--rounds 10] [--connections 16]
+    .venv/bin/python bench/paired.py --before DIR [--after DIR] attest [--rounds 10]
+
+On a shared machine the same code's figures move by a quarter from one
+run to the next, so a change of a few percent cannot be read off two runs
+of `recall_outside.py` or `attest.py` made minutes apart.  Here both
+versions serve at once: one store is built (by this checkout's code, so
+both must read its schema), copied once per version, and each copy is
+served by `relayroom serve` at the shipped defaults with `PYTHONPATH` set to
+its checkout.  Round by round `wrk` sends the same batch to each (who goes
+first alternates), and the figure is the median over rounds of the
+per-round ratio after / before: server CPU per request (from /proc) and
+requests per second.  `--after` defaults to this checkout; `--before` is
+typically a `git worktree add /tmp/before <commit>`.
+
+recall: `--entries` trusted entries in one project, 64 agents' tokens (the
+read budget is per agent), agent-style questions as in
+`recall_outside.py`, 3,000 recalls a round.  attest: the 50 checks of
+`attest.py`, one fresh GitHub-shaped token per attestation (each store copy
+sees each jti once), 4,000 attestations a round over 64 connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.outside import Server, workdir, wrk_run  # noqa: E402
+
+VERSIONS = ("before", "after")
+
+
+def served(work: Path, trees: dict[str, str], env: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Each version's environment: its own copy of the store, its own code."""
+    out = {}
+    for name, tree in trees.items():
+        shutil.copy(work / "base.db", work / f"{name}.db")
+        out[name] = {**env, "RELAYROOM_DATABASE_URL": f"sqlite:///{work / (name + '.db')}", "PYTHONPATH": tree}
+    return out
+
+
+def alternate(servers: dict[str, Server], batches: list[list[str]], connections: int, status: int) -> list[dict[str, Any]]:
+    rows = []
+    for r, batch in enumerate(batches):
+        row = {}
+        for name in VERSIONS if r % 2 == 0 else tuple(reversed(VERSIONS)):
+            row[name] = wrk_run(servers[name].port, batch, connections, server_pid=servers[name].pid)
+            if set(row[name]["statuses"]) != {status}:
+                raise SystemExit(f"{name}: answers {row[name]['statuses']}, not all {status}")
+        rows.append(row)
+        print(f"round {r + 1}: " + ", ".join(
+            f"{n} {row[n]['server_cpu_us']:.0f} us {row[n]['per_second']:.0f}/s" for n in VERSIONS), flush=True)
+    return rows
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    for metric, unit in (("server_cpu_us", "us per request"), ("per_second", "requests/s")):
+        values = {n: [row[n][metric] for row in rows] for n in VERSIONS}
+        paired = [a / b for a, b in zip(values["after"], values["before"])]
+        spread = {n: f"{statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f})" for n, v in values.items()}
+        print(f"{metric} ({unit}): before {spread['before']}, after {spread['after']}; "
+              f"after / before, paired: median {statistics.median(paired):.3f} "
+              f"({min(paired):.3f}-{max(paired):.3f}) over {len(paired)} rounds")
+
+
+def recall(trees: dict[str, str], entries: int, rounds: int, connections: int) -> None:
+    from bench.recall_latency import Text
+    from bench.recall_outside import build, questions, recall_lines
+
+    per = 3000
+    text = Text(seed=23)
+    asked = questions(text, 400 + per * rounds)
+    with workdir() as work:
+        (work / "checkmaps").mkdir()
+        tokens = asyncio.run(build(f"sqlite:///{work / 'base.db'}", entries, 0))
+        lines = recall_lines(asked, tokens)
+        envs = served(work, trees, {"RELAYROOM_CHECKMAPS": str(work / "checkmaps")})
+        with Server(envs["before"], work) as before, Server(envs["after"], work) as after:
+            servers = {"before": before, "after": after}
+            for server in servers.values():
+                wrk_run(server.port, lines[:400], 4)  # warm: page cache, statement caches
+            batches = [lines[400 + r * per:400 + (r + 1) * per] for r in range(rounds)]
+            rows = alternate(servers, batches, connections, 200)
+    print(f"recall, {entries:,} entries, {connections} connections, {per:,} recalls a round")
+    report(rows)
+
+
+def attest(trees: dict[str, str], rounds: int) -> None:
+    from bench.attest import attestation_lines, mint, prepare
+    from tests.support.oidc_issuer import OidcIssuer
+
+    per = 4000
+    with workdir() as work, OidcIssuer() as issuer:
+        folder = work / "checkmaps"
+        folder.mkdir()
+        asyncio.run(prepare(f"sqlite:///{work / 'base.db'}", folder, issuer.url))
+        tokens = mint(issuer, 600 + per * rounds)
+        envs = served(work, trees, {"RELAYROOM_CHECKMAPS": str(folder), "RELAYROOM_ALLOW_INSECURE_ISSUERS": "1"})
+        with Server(envs["before"], work) as before, Server(envs["after"], work) as after:
+            servers = {"before": before, "after": after}
+            warm = attestation_lines(tokens[:600])
+            for server in servers.values():
+                wrk_run(server.port, warm[:1] * 2, 1)  # the JWKS fetched once
+                wrk_run(server.port, warm[1:], 64)  # every check's first support
+            batches = [attestation_lines(tokens[600 + r * per:600 + (r + 1) * per]) for r in range(rounds)]
+            rows = alternate(servers, batches, 64, 201)
+    print(f"attestations, 64 connections, {per:,} a round")
+    report(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", required=True, help="the checkout to compare against")
+    parser.add_argument("--after", default=str(Path(__file__).resolve().parent.parent))
+    sub = parser.add_subparsers(dest="what", required=True)
+    r = sub.add_parser("recall")
+    r.add_argument("--entries", type=int, default=30)
+    r.add_argument("--rounds", type=int, default=10)
+    r.add_argument("--connections", type=int, default=16)
+    a = sub.add_parser("attest")
+    a.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    trees = {"before": str(Path(args.before).resolve()), "after": str(Path(args.after).resolve())}
+    if args.what == "recall":
+        recall(trees, args.entries, args.rounds, args.connections)
+    else:
+        attest(trees, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
