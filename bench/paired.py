@@ -1,6 +1,7 @@
 """Two checkouts of the gateway against each other, in the same minutes.
 
-    .venv/bin/python bench/paired.py --before DIR [--after DIR] recall [--entries 30] [--rounds 10] [--connections 16]
+    .venv/bin/python bench/paired.py --before DIR [--after DIR] recall [--entries 30] [--others 0] [--rounds 10]
+                                     [--connections 16] [--requests 3000]
     .venv/bin/python bench/paired.py --before DIR [--after DIR] attest [--rounds 10]
 
 On a shared machine the same code's figures move by a quarter from one
@@ -11,8 +12,8 @@ both must read its schema), copied once per version, and each copy is
 served by `relayroom serve` at the shipped defaults with `PYTHONPATH` set to
 its checkout.  Round by round `wrk` sends the same batch to each (who goes
 first alternates), and the figure is the median over rounds of the
-per-round ratio after / before: server CPU per request (from /proc) and
-requests per second.  `--after` defaults to this checkout; `--before` is
+per-round ratio after / before: server CPU per request (from /proc),
+requests per second and the client's p99.  `--after` defaults to this checkout; `--before` is
 typically a `git worktree add /tmp/before <commit>`.
 
 recall: `--entries` trusted entries in one project, 64 agents' tokens (the
@@ -58,30 +59,32 @@ def alternate(servers: dict[str, Server], batches: list[list[str]], connections:
                 raise SystemExit(f"{name}: answers {row[name]['statuses']}, not all {status}")
         rows.append(row)
         print(f"round {r + 1}: " + ", ".join(
-            f"{n} {row[n]['server_cpu_us']:.0f} us {row[n]['per_second']:.0f}/s" for n in VERSIONS), flush=True)
+            f"{n} {row[n]['server_cpu_us']:.0f} us {row[n]['per_second']:.0f}/s p99 {row[n]['p99_ms']:.2f} ms"
+            for n in VERSIONS), flush=True)
     return rows
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    for metric, unit in (("server_cpu_us", "us per request"), ("per_second", "requests/s")):
+    for metric, unit in (("server_cpu_us", "us per request"), ("per_second", "requests/s"), ("p99_ms", "ms")):
         values = {n: [row[n][metric] for row in rows] for n in VERSIONS}
         paired = [a / b for a, b in zip(values["after"], values["before"])]
-        spread = {n: f"{statistics.median(v):.0f} ({min(v):.0f}-{max(v):.0f})" for n, v in values.items()}
+        spread = {n: f"{statistics.median(v):.{2 if metric == 'p99_ms' else 0}f} "
+                     f"({min(v):.{2 if metric == 'p99_ms' else 0}f}-{max(v):.{2 if metric == 'p99_ms' else 0}f})"
+                  for n, v in values.items()}
         print(f"{metric} ({unit}): before {spread['before']}, after {spread['after']}; "
               f"after / before, paired: median {statistics.median(paired):.3f} "
               f"({min(paired):.3f}-{max(paired):.3f}) over {len(paired)} rounds")
 
 
-def recall(trees: dict[str, str], entries: int, rounds: int, connections: int) -> None:
+def recall(trees: dict[str, str], entries: int, others: int, rounds: int, connections: int, per: int) -> None:
     from bench.recall_latency import Text
     from bench.recall_outside import build, questions, recall_lines
 
-    per = 3000
     text = Text(seed=23)
     asked = questions(text, 400 + per * rounds)
     with workdir() as work:
         (work / "checkmaps").mkdir()
-        tokens = asyncio.run(build(f"sqlite:///{work / 'base.db'}", entries, 0))
+        tokens = asyncio.run(build(f"sqlite:///{work / 'base.db'}", entries, others))
         lines = recall_lines(asked, tokens)
         envs = served(work, trees, {"RELAYROOM_CHECKMAPS": str(work / "checkmaps")})
         with Server(envs["before"], work) as before, Server(envs["after"], work) as after:
@@ -90,7 +93,7 @@ def recall(trees: dict[str, str], entries: int, rounds: int, connections: int) -
                 wrk_run(server.port, lines[:400], 4)  # warm: page cache, statement caches
             batches = [lines[400 + r * per:400 + (r + 1) * per] for r in range(rounds)]
             rows = alternate(servers, batches, connections, 200)
-    print(f"recall, {entries:,} entries, {connections} connections, {per:,} recalls a round")
+    print(f"recall, {entries:,} entries in a hub of {others:,} others, {connections} connections, {per:,} recalls a round")
     report(rows)
 
 
@@ -124,6 +127,8 @@ def main() -> int:
     sub = parser.add_subparsers(dest="what", required=True)
     r = sub.add_parser("recall")
     r.add_argument("--entries", type=int, default=30)
+    r.add_argument("--others", type=int, default=0, help="trusted entries of other projects in the same store")
+    r.add_argument("--requests", type=int, default=3000, help="recalls a round")
     r.add_argument("--rounds", type=int, default=10)
     r.add_argument("--connections", type=int, default=16)
     a = sub.add_parser("attest")
@@ -131,7 +136,7 @@ def main() -> int:
     args = parser.parse_args()
     trees = {"before": str(Path(args.before).resolve()), "after": str(Path(args.after).resolve())}
     if args.what == "recall":
-        recall(trees, args.entries, args.rounds, args.connections)
+        recall(trees, args.entries, args.others, args.rounds, args.connections, args.requests)
     else:
         attest(trees, args.rounds)
     return 0
