@@ -45,12 +45,14 @@ FORMATS = ("auto", "json", "text")
 
 def note(logger: logging.Logger, msg: str, **facts: object) -> None:
     """Log `facts` at info: on the access-log line of the request being
-    served, or as a line of their own outside a request.  An attestation's
-    facts were a second line per request, the same request id twice and
-    about a twentieth of the attestation's server time; on the access line
-    they cost a few keys."""
+    served, or as a line of their own outside a request, or when the
+    request noted such facts already (a webhook delivery that records an
+    attestation for each of several projects: each keeps its line).  An
+    attestation's facts were a second line per request, the same request id
+    twice and about a twentieth of the attestation's server time; on the
+    access line they cost a few keys."""
     current = REQUEST_FACTS.get()
-    if current is not None:
+    if current is not None and current.keys().isdisjoint(facts):
         current.update(facts)
     elif logger.isEnabledFor(logging.INFO):
         logger.info(msg, extra=facts)

@@ -208,6 +208,41 @@ async def test_every_log_line_of_a_request_carries_its_id(
     assert {line["request_id"] for line in lines if line["logger"] == "relayroom.access"} >= ids
 
 
+async def test_a_delivery_that_records_for_two_projects_logs_the_facts_of_both(
+    client: httpx.AsyncClient, json_log: io.StringIO, hub: Any, checkmap_dir: Path, issuer: OidcIssuer
+) -> None:
+    """An attestation's facts ride on its request's access line; a second
+    attestation of the same request (a workflow_run delivery for a
+    repository that two projects bind) keeps a line of its own."""
+    from dataclasses import replace
+
+    from gateway.ci import webhook_signatures as sig
+    from gateway.core.config import Secret
+
+    hub.config = replace(hub.config, github_webhook_secret=Secret("hub-wide-secret"))
+    hub.intake.config = hub.config  # the intake was built with the config it reads
+    for slug in ("acme", "globex"):
+        await make_project(hub, slug)
+        entry_id = await learn_direct(hub, slug, f"Migrations of {slug} run in staging first.")
+        await write_map(hub, checkmap_dir, f"{slug}.yaml", checkmap(
+            slug, github_binding(issuer.url, extra="    github_app: true"), {"migrations": [entry_id]}))
+    run = {"id": 9, "run_attempt": 1, "name": "migrations", "conclusion": "success", "event": "push",
+           "head_branch": "main", "head_sha": "abc", "path": ".github/workflows/ci.yml",
+           "head_repository": {"id": 123456}}
+    raw = json.dumps({"action": "completed", "workflow_run": run,
+                      "repository": {"id": 123456, "full_name": "acme/api", "owner": {"id": 7890}}}).encode()
+    r = await client.post("/v1/webhooks/github", content=raw, headers={
+        "Content-Type": "application/json", "X-GitHub-Event": "workflow_run", "X-GitHub-Delivery": "x",
+        "X-Hub-Signature-256": sig.github_sign("hub-wide-secret", raw), "X-GitHub-Enterprise-Host": issuer.host})
+    assert r.status_code == 201, r.text
+    assert sorted(a["project"] for a in r.json()["attestations"]) == ["acme", "globex"]
+    mine = [line for line in log_lines(json_log) if line.get("request_id") == r.headers["x-request-id"]]
+    noted = sorted((line["logger"], line["project"]) for line in mine if "project" in line)
+    assert sorted(project for _, project in noted) == ["acme", "globex"], mine
+    assert {logger for logger, _ in noted} == {"relayroom.access", "relayroom.attestations"}, mine
+    assert all(line["check"] == "migrations" and line["counted"] is True for line in mine if "project" in line)
+
+
 async def test_no_secret_reaches_a_log_line_or_an_error_body(
     client: httpx.AsyncClient, hub: Any, acme: ProjectTokens, json_log: io.StringIO, text_log: io.StringIO,
     caplog: pytest.LogCaptureFixture, issuer: OidcIssuer,

@@ -226,15 +226,19 @@ def test_noted_facts_ride_on_the_request_line_or_make_a_line_outside_a_request()
         token = REQUEST_FACTS.set(facts)
         try:
             note(attestations, "attestation", project="acme", check="unit", counted=True)
+            logging.getLogger().handlers[0].flush()
+            assert stream.getvalue() == ""  # nothing of its own while a request is served
+            # A second project's attestation in the same delivery keeps a line of its own.
+            note(attestations, "attestation", project="globex", check="unit", counted=False)
         finally:
             REQUEST_FACTS.reset(token)
         assert facts == {"project": "acme", "check": "unit", "counted": True}
-        assert stream.getvalue() == ""  # nothing of its own while a request is served
-        note(attestations, "attestation", project="acme", check="unit", counted=False)  # a command, no request
+        note(attestations, "attestation", project="initech", check="unit", counted=False)  # a command, no request
         logging.getLogger().handlers[0].flush()
-        line = json.loads(stream.getvalue())
-        assert (line["logger"], line["msg"], line["project"], line["counted"]) == (
-            "relayroom.attestations", "attestation", "acme", False)
+        lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+        assert [(line["logger"], line["msg"], line["project"], line["counted"]) for line in lines] == [
+            ("relayroom.attestations", "attestation", "globex", False),
+            ("relayroom.attestations", "attestation", "initech", False)]
         # A terminal's access line shows the noted facts before the request id.
         text = TextFormatter().format(access_record(project="acme", check="unit", counted=True))
         assert text.endswith("POST /v1/attestations 201 3.14 ms  project=acme check=unit counted=True "
