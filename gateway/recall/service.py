@@ -62,7 +62,7 @@ from gateway.store.queries import Queries
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 50
 RECOUNT_AFTER = 60.0  # seconds between a principal's exact counts of its hour (per process)
-RECENT_MARGIN = 1.0  # seconds before an exact count that the next bound counts again
+RECENT_MARGIN = 1.0  # seconds before the last count (SQLite: the last check) that the next check reads again
 MAX_COUNTED = 10_000  # principals whose last exact count a process keeps
 
 
