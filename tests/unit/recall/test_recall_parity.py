@@ -4,7 +4,7 @@ Every entry of bench/recall_eval/ goes into a SQLite hub and a PostgreSQL
 hub through the real core (learn, confirm), once per project and once all
 in one project (the pooled index); then every question is asked of both
 indexes, with every ranking of the evaluation ladder but prefix matching
-(which PostgreSQL ranks with ts_rank: see gateway/store/search_postgres.py)
+(which PostgreSQL ranks with ts_rank: gateway/store/pg_prefix_ranking.py)
 and with a kind filter.  The two must return the same entries in the same
 order with the same scores (FTS5's bm25, computed on PostgreSQL by
 gateway/store/bm25.py), and so the same fused recall: with a semantic model

@@ -1,5 +1,7 @@
-"""PostgreSQL recall on big projects: a bounded candidate set chosen from the
-table's statistics (`gateway.store.search_postgres`).
+"""PostgreSQL recall on big projects: FTS5's bm25 from the counts
+(`gateway.store.search_postgres`), and for prefix phrases a bounded
+candidate set chosen from the table's statistics
+(`gateway.store.pg_prefix_ranking`).
 
 The choice itself is pure and tested without a database; the rest runs
 against a real server (skipped without one, like every PostgreSQL test):
@@ -25,6 +27,8 @@ from gateway.knowledge.model import Principal
 from dataclasses import replace
 
 from gateway.recall.search import DEFAULT_RANKING, Candidate, Phrase, Ranking, plan_query, rerank
+from gateway.store import pg_prefix_ranking as pp
+from gateway.store import pg_tsquery as tq
 from gateway.store import search_postgres as sp
 from tests.conftest import ProjectTokens
 
@@ -43,37 +47,37 @@ def _phrases(*items: tuple[str, int]) -> tuple[Phrase, ...]:
 
 def test_few_matching_rows_are_ranked_whole() -> None:
     phrases = _phrases(("deploy", 4), ("midnight", 4))
-    assert sp.select(phrases, {"deploy": 600.0, "midnight": 300.0}, 100_000.0, budget=1000) is None
+    assert pp.select(phrases, {"deploy": 600.0, "midnight": 300.0}, 100_000.0, budget=1000) is None
 
 
 def test_the_rarest_words_per_unit_of_weight_bring_the_rows_in() -> None:
     phrases = _phrases(("deploy", 4), ("logs", 4), ("midnight", 4), ("release", 1), ("nightly", 1))
     rows = {"deploy": 9000.0, "logs": 2400.0, "midnight": 40.0, "release": 700.0, "nightly": 300.0}
-    chosen = sp.select(phrases, rows, 100_000.0, budget=1000)
+    chosen = pp.select(phrases, rows, 100_000.0, budget=1000)
     assert chosen is not None
     # midnight (40/4) and nightly (300/1) fit; logs (2400) and release (700 more: 1040) do not.
     assert [p.text for p in chosen.rare] == ["midnight", "nightly"]
     assert [p.text for p in chosen.common] == ["logs", "deploy"]  # the agent's words left out, rarest first
     assert not chosen.now  # one of the agent's words is rare: the common ones only fill up
     assert chosen.every  # 9000 x 2400 / 100k: about 216 rows hold both, few enough to rank
-    assert sp.select(phrases, rows, 100_000.0, budget=300) is not None
+    assert pp.select(phrases, rows, 100_000.0, budget=300) is not None
 
 
 def test_when_every_word_of_the_agent_is_common_its_rows_compete_at_once() -> None:
     phrases = _phrases(("deploy", 4), ("logs", 4), ("pipeline", 1))
     rows = {"deploy": 9000.0, "logs": 2400.0, "pipeline": 100.0}
-    chosen = sp.select(phrases, rows, 100_000.0, budget=1000)
+    chosen = pp.select(phrases, rows, 100_000.0, budget=1000)
     assert chosen is not None and chosen.now
     assert [p.text for p in chosen.rare] == ["pipeline"]
     assert [p.text for p in chosen.common] == ["logs", "deploy"]
     assert chosen.every  # about 216 rows hold both words: the AND is worth ranking
-    lone = sp.select(_phrases(("tests", 4)), {"tests": 30_000.0}, 100_000.0, budget=1000)
+    lone = pp.select(_phrases(("tests", 4)), {"tests": 30_000.0}, 100_000.0, budget=1000)
     assert lone is not None and lone.now and not lone.every and [p.text for p in lone.common] == ["tests"]
 
 
 def test_phrases_of_stop_words_are_left_out_and_synonyms_stand_in_when_no_word_is_left() -> None:
     phrases = _phrases(("the", 4), ("db", 1), ("database", 1))
-    chosen = sp.select(phrases, {"the": 0.0, "db": 5000.0, "database": 8000.0}, 100_000.0, budget=1000)
+    chosen = pp.select(phrases, {"the": 0.0, "db": 5000.0, "database": 8000.0}, 100_000.0, budget=1000)
     assert chosen is not None and chosen.rare == () and chosen.now
     assert [p.text for p in chosen.common] == ["db", "database"]
 
@@ -81,19 +85,19 @@ def test_phrases_of_stop_words_are_left_out_and_synonyms_stand_in_when_no_word_i
 def test_filling_rows_rank_below_every_row_that_holds_a_rare_word() -> None:
     ranked = [Candidate(1, 0.9, "fact"), Candidate(2, 0.3, "fact")]
     more = [Candidate(3, 1.2, "fact"), Candidate(4, 0.6, "pitfall")]
-    below = sp.below(more, ranked)
+    below = pp.below(more, ranked)
     assert [c.seq for c in below] == [3, 4]
     assert max(c.score for c in below) < 0.3 and below[0].score > below[1].score
-    assert sp.below([Candidate(5, 0.1, "fact")], ranked) == [Candidate(5, 0.1, "fact")]  # already below
-    assert sp.below(more, []) == more
+    assert pp.below([Candidate(5, 0.1, "fact")], ranked) == [Candidate(5, 0.1, "fact")]  # already below
+    assert pp.below(more, []) == more
 
 
 def test_the_tsquery_of_many_phrases_is_one_quoted_parameter() -> None:
     phrases = _phrases(("it's", 4), ("a|b", 4), ("x", 1))
     # Each phrase is cut into FTS5's tokens (as the documents are): what is
     # left is words, one quoted lexeme per phrase.
-    assert sp.tsquery_text(phrases) == "'it s' | 'a b' | 'x'"
-    assert sp.tsquery_text(phrases, "&") == "'it s' & 'a b' & 'x'"
+    assert tq.tsquery_text(phrases) == "'it s' | 'a b' | 'x'"
+    assert tq.tsquery_text(phrases, "&") == "'it s' & 'a b' & 'x'"
 
 
 # -- through a real server ---------------------------------------------------------------
@@ -141,8 +145,8 @@ async def _trusted(hub: Hub, slug: str, kind: str, statement: str) -> str:
 async def _every_match(hub: Hub, project_id: int, query: str, kind: str | None, limit: int) -> list[tuple[int, float]]:
     """The reference of the ts_rank path: rank every matching row."""
     plan = plan_query(query, PREFIX)
-    groups = sp._groups(plan)
-    ranked = sp._Ranked(sp.table(project_id), groups, PREFIX, kind, NOW)
+    groups = pp._groups(plan)
+    ranked = pp._Ranked(sp.table(project_id), groups, PREFIX, kind, NOW)
     wanted = max(limit, min(60, limit * 3))
     candidates = await hub.driver.read(lambda q: ranked.best(q.tx, [ranked.matching()], wanted))
     return rerank(candidates, plan, PREFIX, limit)
@@ -213,12 +217,12 @@ async def test_a_big_project_is_ranked_by_bm25_in_two_statements(hub: Hub, acme:
 @pytestmark_pg
 async def test_a_big_project_ranks_the_rows_of_its_rare_words(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
     project = await hub.accounts.project("acme")
-    await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3)
+    await _bulk(hub, project.id, pp.CANDIDATE_ROWS * 3)
     rare = await _trusted(hub, "acme", "pitfall", RARE)
     await hub.driver.write(lambda q: q.tx.run(f"ANALYZE {sp.table(project.id)}"))
     chosen: list[Any] = []
-    real_select = sp.select
-    monkeypatch.setattr(sp, "select", lambda *a, **k: chosen.append(real_select(*a, **k)) or chosen[-1])
+    real_select = pp.select
+    monkeypatch.setattr(pp, "select", lambda *a, **k: chosen.append(real_select(*a, **k)) or chosen[-1])
 
     seq = await _seq(hub, rare)
     for kind in (None, "pitfall"):
@@ -240,7 +244,7 @@ async def test_a_big_project_ranks_the_rows_of_its_rare_words(hub: Hub, acme: Pr
 @pytestmark_pg
 async def test_a_big_project_with_a_question_of_rare_words_is_ranked_whole(hub: Hub, acme: ProjectTokens) -> None:
     project = await hub.accounts.project("acme")
-    await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3)
+    await _bulk(hub, project.id, pp.CANDIDATE_ROWS * 3)
     await _trusted(hub, "acme", "pitfall", RARE)
     await hub.driver.write(lambda q: q.tx.run(f"ANALYZE {sp.table(project.id)}"))
     for question in ("midnight rotation", "rotate", "midnight"):  # words of five letters or more: prefixes
@@ -251,15 +255,15 @@ async def test_a_big_project_with_a_question_of_rare_words_is_ranked_whole(hub: 
 
 
 def test_estimates_count_a_phrase_at_its_rarest_lexeme_and_unlisted_ones_at_half_the_rarest() -> None:
-    stats = sp.TableStats(10_000.0, "t", {"deploy": 0.3, "log": 0.2, "midnight": 0.004}, 0.001)
+    stats = pp.TableStats(10_000.0, "t", {"deploy": 0.3, "log": 0.2, "midnight": 0.004}, 0.001)
     phrases = _phrases(("deploy", 4), ("logs", 4), ("it's", 4), ("the", 4), ("zzzqx", 1))
     lexemes = {"deploy": ("deploy",), "logs": ("log",), "it's": ("deploy", "midnight"), "the": (), "zzzqx": ("zzzqx",)}
-    estimates = sp.estimate(phrases, lexemes, stats, budget=1000)
+    estimates = pp.estimate(phrases, lexemes, stats, budget=1000)
     assert estimates == {"deploy": 3000.0, "logs": 2000.0, "it's": 40.0, "the": 0.0, "zzzqx": 10.0}
     # Few rows in all, a small table, or no statistics: rank every match.
-    assert sp.estimate(phrases[2:], lexemes, stats, budget=1000) is None
-    assert sp.estimate(phrases, lexemes, sp.TableStats(900.0, "t", stats.shares, 0.001), budget=1000) is None
-    assert sp.estimate(phrases, lexemes, sp.TableStats(10_000.0, "t", None), budget=1000) is None
+    assert pp.estimate(phrases[2:], lexemes, stats, budget=1000) is None
+    assert pp.estimate(phrases, lexemes, pp.TableStats(900.0, "t", stats.shares, 0.001), budget=1000) is None
+    assert pp.estimate(phrases, lexemes, pp.TableStats(10_000.0, "t", None), budget=1000) is None
 
 
 async def test_without_the_driver_method_a_read_then_write_is_a_read_and_a_write() -> None:
@@ -426,20 +430,20 @@ async def test_cached_statistics_follow_the_table_as_it_grows(hub: Hub, acme: Pr
     """A search right after an ANALYZE picks its rows from the new
     statistics, as a process that never cached them would."""
     project = await hub.accounts.project("acme")
-    await _bulk(hub, project.id, sp.CANDIDATE_ROWS // 2)
+    await _bulk(hub, project.id, pp.CANDIDATE_ROWS // 2)
     rare = await _trusted(hub, "acme", "pitfall", RARE)
     question = "why do deploy logs drop a line at midnight?"
     assert (await _search(hub, project.id, question, ranking=PREFIX))[0][0] == await _seq(hub, rare)
-    cached = sp._stats[(hub.driver.cache_key, sp.table(project.id))][1]
-    assert cached.rows <= sp.CANDIDATE_ROWS and cached.shares is None  # small: ranked whole, no statistics read
+    cached = pp._stats[(hub.driver.cache_key, sp.table(project.id))][1]
+    assert cached.rows <= pp.CANDIDATE_ROWS and cached.shares is None  # small: ranked whole, no statistics read
 
     chosen: list[Any] = []
-    real_select = sp.select
-    monkeypatch.setattr(sp, "select", lambda *a, **k: chosen.append(real_select(*a, **k)) or chosen[-1])
-    await _bulk(hub, project.id, sp.CANDIDATE_ROWS * 3, prefix="more")  # and ANALYZE
+    real_select = pp.select
+    monkeypatch.setattr(pp, "select", lambda *a, **k: chosen.append(real_select(*a, **k)) or chosen[-1])
+    await _bulk(hub, project.id, pp.CANDIDATE_ROWS * 3, prefix="more")  # and ANALYZE
     after = await _search(hub, project.id, question, ranking=PREFIX)
     assert chosen and chosen[-1] is not None  # the rows of the rare words, not every match
-    sp.forget()
+    pp.forget()
     assert await _search(hub, project.id, question, ranking=PREFIX) == after
     assert after[0][0] == await _seq(hub, rare)
 
@@ -447,8 +451,8 @@ async def test_cached_statistics_follow_the_table_as_it_grows(hub: Hub, acme: Pr
     statements = _count_round_trips(monkeypatch)
     await _search(hub, project.id, question, ranking=PREFIX)
     assert not any("pg_stats" in s for s in statements)
-    later = sp._clock() + sp.STATS_SECONDS + 1
-    monkeypatch.setattr(sp, "_clock", lambda: later)
+    later = pp._clock() + pp.STATS_SECONDS + 1
+    monkeypatch.setattr(pp, "_clock", lambda: later)
     await _search(hub, project.id, question, ranking=PREFIX)
     assert sum("pg_stats" in s for s in statements) == 1
 

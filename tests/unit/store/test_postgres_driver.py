@@ -19,7 +19,8 @@ from gateway.core.errors import GatewayError, Unavailable
 from gateway.hub import Hub
 from gateway.recall.search import DEFAULT_RANKING
 from gateway.store.postgres import PostgresDriver, _plain, affected_rows, redact, split_url, to_dollar_params
-from gateway.store.search_postgres import lexeme, rank_weights
+from gateway.store.pg_prefix_ranking import rank_weights
+from gateway.store.pg_tsquery import lexeme
 from gateway.store.schema import LATEST_VERSION
 from tests.conftest import ProjectTokens, free_port
 from tests.support.pg import open_postgres
