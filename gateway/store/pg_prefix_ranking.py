@@ -333,15 +333,15 @@ async def prefix_ranking(
     prefix phrases (`phrases`: the plan's that hold a word), best first."""
     ranked = _Ranked(name, _groups(plan), ranking, kind, now)
     stats, current = await _table_stats(tx, ranked.name)
-    found = await candidates(tx, ranked, phrases, stats, None if current else stats.token, wanted)
+    found = await _candidates(tx, ranked, phrases, stats, None if current else stats.token, wanted)
     if found is None:  # the cached statistics are out of date: read them, start over
         stats, _ = await _table_stats(tx, ranked.name, cached=False)
-        found = await candidates(tx, ranked, phrases, stats, None, wanted)
+        found = await _candidates(tx, ranked, phrases, stats, None, wanted)
     assert found is not None
     return found
 
 
-async def candidates(
+async def _candidates(
     tx: Any, ranked: _Ranked, phrases: tuple[Phrase, ...], stats: TableStats, expected: str | None, wanted: int
 ) -> list[Candidate] | None:
     """The candidates, picked with `stats`; None if `expected` (the token
