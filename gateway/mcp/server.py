@@ -21,12 +21,14 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
+from mcp.server._otel import OpenTelemetryMiddleware  # the SDK's documented opt-out: drop it from `middleware`
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp import MCPError
 from mcp.types import CallToolResult, GetPromptResult, InputRequiredResult
+from opentelemetry import trace
 from pydantic import AnyHttpUrl
 
 from gateway import __version__
@@ -204,6 +206,8 @@ def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
     )
     register_tools(server, hub)
     register_context(server, hub)
+    if not tracing_configured(trace.get_tracer_provider()):
+        untraced(server)
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         stateless_http=True,
@@ -212,6 +216,25 @@ def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
         transport_security=transport_security(hub.config.public_hosts),
     )
     return ContractErrorBodies(endpoint_of(app, "/mcp")), server.session_manager
+
+
+def tracing_configured(provider: Any) -> bool:
+    """Whether `provider` (the process's OpenTelemetry tracer provider) is
+    one an operator installed: the API's proxy or no-op provider records
+    nothing."""
+    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
+
+
+def untraced(server: MCPServer[Any]) -> None:
+    """Leave out the SDK's OpenTelemetry middleware.
+
+    It wraps every MCP message in a span, and with no OpenTelemetry SDK in
+    the process the span records nothing. Building it cost 40-60 us of
+    server time per tool call, about a twentieth of a recall through
+    `/mcp` (bench/README.md). `build_mcp_app` decides once, when the app is
+    built: a process that installs a tracer provider before that (as
+    `opentelemetry-instrument relayroom serve` does) keeps the SDK's spans."""
+    server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
 
 
 def endpoint_of(sdk_app: Any, path: str) -> Any:

@@ -348,3 +348,54 @@ def test_a_real_servers_log_is_json_lines_with_request_ids_and_no_secret(tmp_pat
     logged_ids = {line.get("request_id") for line in lines}
     assert set(request_ids) <= logged_ids
     assert token[:20] not in text
+
+
+# -- OpenTelemetry on the MCP door ---------------------------------------------------
+
+
+class _InstalledProvider:
+    """Stands for an OpenTelemetry SDK's provider: anything but the API's own."""
+
+
+def test_only_an_installed_tracer_provider_counts_as_tracing() -> None:
+    from opentelemetry import trace
+
+    from gateway.mcp.server import tracing_configured
+
+    assert not tracing_configured(trace.ProxyTracerProvider())
+    assert not tracing_configured(trace.NoOpTracerProvider())
+    assert tracing_configured(_InstalledProvider())
+
+
+def test_untraced_drops_the_sdks_span_middleware_and_keeps_the_rest() -> None:
+    from mcp.server import MCPServer
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    from gateway.mcp.server import untraced
+
+    server: MCPServer[Any] = MCPServer("t")
+    before = list(server.middleware)
+    assert any(isinstance(m, OpenTelemetryMiddleware) for m in before)
+    untraced(server)
+    assert server.middleware == [m for m in before if not isinstance(m, OpenTelemetryMiddleware)]
+    assert server.middleware  # the SDK's request-state check stays
+
+
+@pytest.mark.parametrize("installed", [False, True])
+async def test_the_mcp_door_keeps_spans_only_when_tracing_is_installed(
+    hub: Any, monkeypatch: pytest.MonkeyPatch, installed: bool
+) -> None:
+    """Decided when the app is built: no provider installed, no span
+    middleware (it would record nothing, at 40-60 us a call); a provider
+    installed first (opentelemetry-instrument), the SDK's spans stay."""
+    from opentelemetry import trace
+
+    from gateway.mcp import server as mcp_server
+
+    if installed:
+        monkeypatch.setattr(trace, "get_tracer_provider", lambda: _InstalledProvider())
+    dropped: list[Any] = []
+    real = mcp_server.untraced
+    monkeypatch.setattr(mcp_server, "untraced", lambda s: dropped.append(s) or real(s))
+    mcp_server.build_mcp_app(hub)
+    assert len(dropped) == (0 if installed else 1)
