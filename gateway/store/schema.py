@@ -312,10 +312,11 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             # of the whole table.  On SQLite a sweep's statements run on the
             # event loop, so a scan stalled every request for as long as it
             # took: about 30 ms with 200k entries in the hub, once a minute.
-            # Partial indexes: only the rows a sweep can ever pick, so a
-            # write of any other row pays nothing.  The conditions are
-            # written as the sweep's statements write them, which is how
-            # SQLite sees that an index serves a query.
+            # Where a table also holds rows the sweep never picks (entries
+            # without an expiry, webhook deliveries kept for good), the
+            # index is partial, so writing those rows pays nothing; its
+            # condition is written as the sweep's statement writes it,
+            # which is how SQLite sees that the index serves the query.
             "CREATE INDEX IF NOT EXISTS entries_expiring ON entries(expires_at) "
             "WHERE expires_at IS NOT NULL AND state IN ('candidate', 'trusted')",
             "CREATE INDEX IF NOT EXISTS seen_tokens_expiry ON seen_tokens(expires_at)",
