@@ -61,9 +61,13 @@ def settle(pid: int, *, window_s: float = 0.05, busy_s: float = 0.002, limit_s: 
     wrk stops a run with up to one request in flight per connection, and the
     gateway finishes each of them (a client that hangs up does not cancel a
     recall or an attestation).  At 64 connections that is 60-130 ms of work,
-    and whatever runs next measured it: the first requests of a sequential
-    round waited behind it (the 10k-entry p99 read 12-54 ms instead of 4),
-    and a `/healthz` baseline shared the CPU with it."""
+    and whatever ran next measured it.  A `/healthz` baseline shared the CPU
+    with it.  A sequential round's first request waited 20-50 ms behind it
+    (its write and read, traced in wrk: every other request took 1-6 ms),
+    and wrk's correction for coordinated omission (`stats_correct`, which
+    adds the requests a client at the run's mean rate would have sent
+    during a slow one) made that one wait 10-25 samples: the 10k-entry p99
+    read 12-54 ms instead of 3.5-4."""
     started = time.monotonic()
     before = cpu_seconds(pid)
     while time.monotonic() - started < limit_s:
