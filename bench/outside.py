@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -70,6 +71,8 @@ def settle(pid: int, *, window_s: float = 0.05, busy_s: float = 0.002, limit_s: 
     read 12-54 ms instead of 3.5-4."""
     started = time.monotonic()
     before = cpu_seconds(pid)
+    if math.isnan(before):  # no /proc (not Linux): nothing to wait on
+        return 0.0
     while time.monotonic() - started < limit_s:
         time.sleep(window_s)
         now = cpu_seconds(pid)
