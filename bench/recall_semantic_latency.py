@@ -146,9 +146,23 @@ def client_side(db_url: str, work: Path, token: str, asked: list[str], env_extra
         finally:
             server.terminate()
             server.wait(30)
-    own = [float(line["ms"]) for line in map(json.loads, log_path.read_text().splitlines())
-           if line.get("logger") == "relayroom.access" and str(line.get("route", "")).endswith("/recall")]
-    return samples, own[20:]
+    return samples, recall_times(log_path)[20:]
+
+
+def recall_times(log_path: Path) -> list[float]:
+    """The `ms` of each recall line of a server's JSON log, in order.  Lines
+    that are not the gateway's JSON (a native library writing to stderr) are
+    skipped."""
+    own = []
+    for text in log_path.read_text(errors="replace").splitlines():
+        try:
+            line = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and line.get("logger") == "relayroom.access" \
+                and str(line.get("route", "")).endswith("/recall"):
+            own.append(float(line["ms"]))
+    return own
 
 
 def main(argv: list[str] | None = None) -> int:
