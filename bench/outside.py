@@ -69,6 +69,8 @@ def settle(pid: int, *, window_s: float = 0.05, busy_s: float = 0.002, limit_s: 
     adds the requests a client at the run's mean rate would have sent
     during a slow one) made that one wait 10-25 samples: the 10k-entry p99
     read 12-54 ms instead of 3.5-4."""
+    # /proc counts CPU time in clock ticks (10 ms where SC_CLK_TCK is 100):
+    # with the defaults, "still" means not one tick in a window.
     started = time.monotonic()
     before = cpu_seconds(pid)
     if math.isnan(before):  # no /proc (not Linux): nothing to wait on
