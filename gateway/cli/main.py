@@ -93,6 +93,14 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
         workers=config.workers if config.workers > 1 else None,
         log_config=None,
         access_log=False,
+        # Python's own loop, not uvloop (which uvicorn[standard] installs and
+        # "auto" would pick): under load uvloop took new connections in late.
+        # 64 clients connecting at once to a gateway busy with recalls: the
+        # last ones' first answers came after up to 1.2 s on the wire (the
+        # server's own time under 130 ms), against 0.1 s on asyncio, the
+        # same recalls and attestations a second (bench/README.md,
+        # "2026-12-05").  Only a hello-world route is faster on uvloop.
+        loop="asyncio",
         proxy_headers=True,
         h11_max_incomplete_event_size=128 * 1024,
         # httptools bounds neither the size of a request head nor the time to
