@@ -3,6 +3,7 @@
     .venv/bin/python bench/paired.py --before DIR [--after DIR] recall [--entries 30] [--others 0] [--rounds 10]
                                      [--connections 16] [--requests 3000]
     .venv/bin/python bench/paired.py --before DIR [--after DIR] attest [--rounds 10]
+    .venv/bin/python bench/paired.py --before DIR [--after DIR] healthz [--rounds 10]
 
 On a shared machine the same code's figures move by a quarter from one
 run to the next, so a change of a few percent cannot be read off two runs
@@ -21,6 +22,9 @@ read budget is per agent), agent-style questions as in
 `recall_outside.py`, 3,000 recalls a round.  attest: the 50 checks of
 `attest.py`, one fresh GitHub-shaped token per attestation (each store copy
 sees each jti once), 4,000 attestations a round over 64 connections.
+healthz: `GET /healthz` on an empty store, 20,000 a round over 64
+connections: the baseline the other scripts divide by, for a change that
+may move it (the event loop, the HTTP stack, the access log).
 """
 
 from __future__ import annotations
@@ -120,6 +124,31 @@ def attest(trees: dict[str, str], rounds: int) -> None:
     report(rows)
 
 
+def healthz(trees: dict[str, str], rounds: int) -> None:
+    from gateway.core.config import Config
+    from gateway.hub import Hub
+    from bench.outside import request_line
+
+    async def create(url: str) -> None:
+        hub = Hub(Config.from_env({}, database_url=url, sweep_interval=0.0))
+        await hub.start(background=False)
+        await hub.stop()
+
+    per = 20_000
+    with workdir() as work:
+        (work / "checkmaps").mkdir()
+        asyncio.run(create(f"sqlite:///{work / 'base.db'}"))
+        envs = served(work, trees, {"RELAYROOM_CHECKMAPS": str(work / "checkmaps")})
+        with Server(envs["before"], work) as before, Server(envs["after"], work) as after:
+            servers = {"before": before, "after": after}
+            lines = [request_line("GET", "/healthz")] * per
+            for server in servers.values():
+                wrk_run(server.port, lines[:2000], 64)
+            rows = alternate(servers, [lines] * rounds, 64, 200)
+    print(f"/healthz, 64 connections, {per:,} a round")
+    report(rows)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the checkout to compare against")
@@ -133,12 +162,16 @@ def main() -> int:
     r.add_argument("--connections", type=int, default=16)
     a = sub.add_parser("attest")
     a.add_argument("--rounds", type=int, default=10)
+    h = sub.add_parser("healthz")
+    h.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     trees = {"before": str(Path(args.before).resolve()), "after": str(Path(args.after).resolve())}
     if args.what == "recall":
         recall(trees, args.entries, args.others, args.rounds, args.connections, args.requests)
-    else:
+    elif args.what == "attest":
         attest(trees, args.rounds)
+    else:
+        healthz(trees, args.rounds)
     return 0
 
 
