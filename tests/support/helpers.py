@@ -29,6 +29,16 @@ def wait_healthy(url: str, proc: subprocess.Popen[Any], deadline: float) -> None
         time.sleep(0.1)
 
 
+def stop(proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGTERM, as a service manager stops the gateway; SIGKILL if it has not
+    exited within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 async def learn(client: httpx.AsyncClient, slug: str, token: str, statement: str, kind: str = "fact", **extra: Any) -> dict[str, Any]:
     r = await client.post(
         f"/v1/projects/{slug}/entries", json={"kind": kind, "statement": statement, **extra}, headers=bearer(token)

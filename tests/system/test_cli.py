@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.support.helpers import wait_healthy
+from tests.support.helpers import stop, wait_healthy
 
 
 def relayroom(*args: str, env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -48,11 +48,7 @@ def served(cli_env: dict[str, str]) -> Iterator[str]:
         wait_healthy(url, proc, time.monotonic() + 20)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def test_newcomer_flow_through_cli_and_http(cli_env: dict[str, str], served: str) -> None:

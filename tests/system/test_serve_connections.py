@@ -24,6 +24,7 @@ import pytest
 
 from gateway.cli.listen import listen
 from tests.conftest import free_port
+from tests.support.helpers import stop, wait_healthy
 
 
 async def _server_side_nodelay(sock: socket.socket) -> int:
@@ -73,22 +74,10 @@ def served(tmp_path: Path) -> Iterator[tuple[str, int]]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "the gateway did not start"
-            time.sleep(0.1)
+        wait_healthy(url, proc, time.monotonic() + 30)
         yield url, proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def test_keep_alive_answers_do_not_wait_for_a_delayed_ack(served: tuple[str, int]) -> None:
