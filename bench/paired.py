@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.outside import Server, workdir, wrk_run  # noqa: E402
+from bench.outside import Server, request_line, workdir, wrk_run  # noqa: E402
 
 VERSIONS = ("before", "after")
 
@@ -127,7 +127,6 @@ def attest(trees: dict[str, str], rounds: int) -> None:
 def healthz(trees: dict[str, str], rounds: int) -> None:
     from gateway.core.config import Config
     from gateway.hub import Hub
-    from bench.outside import request_line
 
     async def create(url: str) -> None:
         hub = Hub(Config.from_env({}, database_url=url, sweep_interval=0.0))
