@@ -19,7 +19,7 @@ statement (`TableStats`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from gateway.recall.search import Candidate, Phrase, QueryPlan, Ranking
@@ -254,7 +254,7 @@ def below(more: list[Candidate], ranked: list[Candidate]) -> list[Candidate]:
     if top < floor:
         return more
     scale = floor / top * 0.999 if floor > 0 and top > 0 else 0.0
-    return [replace(c, score=c.score * scale) for c in more]
+    return [c._replace(score=c.score * scale) for c in more]
 
 
 Branch = tuple[str, list[Any]]
