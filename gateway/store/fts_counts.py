@@ -24,6 +24,10 @@ A small table's whole index is kept with its version too, when recall asks
 for it (`held`, `gateway.store.fts_memory`), and the stemmer that cuts
 questions as the index cuts text (`stems`).
 
+A big table's index is held too, as arrays loaded on a worker thread
+(`arrays`, `gateway.store.fts_arrays`), labelled with the version it was
+read at: a search uses it only while the table still has that version.
+
 So are the entries recall has returned from the table (`entries`): reading
 ten entries with their supports and contradictions was three statements
 and about a tenth of a small project's recall.  Everything a recall shows of
@@ -39,6 +43,8 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable
 
 from gateway.knowledge.model import Entry
+from gateway.store.bm25_arrays import ArrayTable
+from gateway.store.fts_arrays import ArrayTables
 from gateway.store.fts_memory import HELD_INSTANCES, HeldTable, Stems, load
 
 MAX_TABLES = 256
@@ -75,9 +81,10 @@ class TableCounts:
 class PhraseCounts:
     """Per table, its `TableCounts`.  Owned by one driver, used from its event loop only."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str | None = None) -> None:
         self._tables: dict[str, TableCounts] = {}
         self.stems = Stems()
+        self.array_tables = ArrayTables(path)  # `path`: the database file, for the loads' own connections
         self._held_instances = 0  # token instances of the held tables, all together
         self._kept_entries = 0  # entries kept by all tables together
 
@@ -111,6 +118,14 @@ class PhraseCounts:
             known.held = held
             self._held_instances += held.instances
         return known.held
+
+    def arrays(self, table: str, known: TableCounts) -> ArrayTable | None:
+        """`known`'s table as arrays, if a copy of its version is held (else
+        one is loaded in the background, and FTS5 ranks meanwhile)."""
+        return self.array_tables.get(table, known.version, known.rows)
+
+    async def close(self) -> None:
+        await self.array_tables.close()
 
     async def entries(
         self, known: TableCounts, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]

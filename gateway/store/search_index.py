@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
 
 from gateway.knowledge.model import Entry
-from gateway.store import bm25
+import numpy as np
+
+from gateway.store import bm25, bm25_arrays
+from gateway.store.bm25_arrays import ArrayTable
 from gateway.store.bm25_ranking import column_weights, frequencies
 from gateway.store.bm25_ranking import ranking as ranking_of
 from gateway.store.fts_counts import Key, PhraseCounts, TableCounts
@@ -163,6 +166,11 @@ class SqliteFtsIndex:
                 held = await cache.held(self.tx, self.table(project_id), known)
                 found = self._held_ranking(held, cache, plan, kind, limit, wanted, ranking, now)
                 return rerank(found, plan, ranking, limit)
+            arrays = cache.arrays(self.table(project_id), known)
+            if arrays is not None:
+                ranked = self._array_ranking(arrays, cache, plan, kind, limit, wanted, ranking, now)
+                if ranked is not None:
+                    return rerank(ranked, plan, ranking, limit)
         for attempt in range(2):
             hits = await self._ranked(project_id, plan, kind, wanted, ranking, known)
             live = await self._live(list(hits), kind, now)
@@ -235,6 +243,34 @@ class SqliteFtsIndex:
                 break
             wanted *= 8
         return [Candidate(seq, score, held.kinds[seq]) for seq, score in kept]
+
+    @staticmethod
+    def _array_ranking(
+        arrays: ArrayTable, cache: PhraseCounts, plan: QueryPlan, kind: str | None, limit: int, wanted: int,
+        ranking: Ranking, now: float,
+    ) -> list[Candidate] | None:
+        """`_ranked` and `_live` of a big project from its copy held as
+        arrays (`gateway.store.bm25_arrays`), or None when a phrase needs
+        FTS5.  The copy holds each row's kind and expiry as of its version."""
+        stems = cache.stems.of([p.text for p in plan.phrases] + ([kind] if kind else []))
+        weights = column_weights(ranking)
+        ordered = (weights["A"], weights["B"], weights["C"], weights["D"])
+        hits: dict[int, float] = {}
+        live: dict[int, str] = {}
+        for attempt in range(2):
+            ranked = bm25_arrays.ranking(arrays, plan, stems, kind, ordered, wanted)
+            if ranked is None:
+                return None
+            hits = ranked
+            places = np.searchsorted(arrays.seqs, np.fromiter(hits, dtype=np.int64, count=len(hits)))
+            unexpired = (arrays.expires[places] > now).tolist()
+            live = {seq: arrays.kinds[place] for seq, place, keep in zip(hits, places.tolist(), unexpired) if keep}
+            # Expired entries leave recall at once but the index only at the
+            # sweep: if they crowded the top, look further down once.
+            if len(live) >= min(limit, len(hits)) or len(hits) < wanted or attempt:
+                break
+            wanted *= 8
+        return [Candidate(seq, hits[seq], live[seq]) for seq in hits if seq in live]
 
     async def _ranked(
         self, project_id: int, plan: QueryPlan, kind: str | None, wanted: int, ranking: Ranking,

@@ -115,7 +115,7 @@ class SqliteDriver:
         self._task: asyncio.Task[None] | None = None
         self._read_lock: asyncio.Lock | None = None
         self._stopped = False
-        self._phrase_counts = PhraseCounts()
+        self._phrase_counts = PhraseCounts(path)
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpointing: asyncio.Task[None] | None = None
         self._commits = 0
@@ -170,10 +170,17 @@ class SqliteDriver:
         if self._checkpointing is not None:
             await self._checkpointing
             self._checkpointing = None
+        await self._phrase_counts.close()
         for conn in (self._reader, self._writer, self._checkpointer):
             if conn is not None:
                 conn.close()
         self._reader = self._writer = self._checkpointer = None
+
+    async def copies_loaded(self) -> None:
+        """Wait until the recall index copies being loaded in the background
+        are held (`gateway.store.fts_arrays`): for tests and benchmarks,
+        which would otherwise measure FTS5 for the first questions."""
+        await self._phrase_counts.array_tables.settled()
 
     async def ping(self) -> bool:
         try:

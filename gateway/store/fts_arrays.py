@@ -1,0 +1,219 @@
+"""Big projects' recall indexes held as arrays, loaded off the event loop.
+
+A project of more than `HELD_ROWS` (300) entries is ranked by FTS5
+statements until a copy of its index is held as arrays
+(`gateway.store.bm25_arrays`), and from then on by that copy, for as long as
+the index keeps the version the copy was read at.
+
+Why loaded on a worker thread: reading a 10,000-entry index (about 230,000
+token instances) takes 50-100 ms, and every committed change to the
+project's index (a promotion, a new support, a demotion) makes a new
+version.  Done in the event loop, each change would hold every request of
+the process for that long; done here, the recalls in between are ranked by
+FTS5 as before, and none waits.  The worker has a read-only connection of its
+own, opened per load, and reads the version and the rows in one
+transaction, so a copy is exactly the version it is labelled with.
+
+Bounds: only tables of at most `ARRAY_ROWS` rows are loaded, one load at a
+time per process, and at most `ARRAY_INSTANCES` token instances are held
+over all tables (8 bytes each, plus what each copy keeps per stem asked
+for); past that the least recently used copies are dropped.  A version is
+loaded only once searches have seen it for `STABLE_FOR` seconds: a new
+copy starts with no stem worked out yet (each costs tens of microseconds
+the first time a question asks for it), so a project whose index changes
+every few hundred milliseconds (a review, a burst of promotions) was
+slower and less even on copies than on FTS5, and now stays on FTS5 until
+it settles.  And loads take at most `LOAD_SHARE` of the time (after a load
+of d seconds the next waits d * (1 / LOAD_SHARE - 1)).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from gateway.store.bm25_arrays import COLUMN_BITS, ArrayTable
+
+log = logging.getLogger("relayroom.store")
+
+ARRAY_ROWS = 100_000
+ARRAY_INSTANCES = 3_000_000
+LOAD_SHARE = 0.1
+STABLE_FOR = 1.0  # seconds a version must have been seen before its copy is loaded
+MAX_SEEN = 1024
+
+_COLUMN_CODE = "CASE col WHEN 'statement' THEN 0 WHEN 'evidence' THEN 1 WHEN 'kind' THEN 2 ELSE 3 END"
+
+
+def version_of(conn: sqlite3.Connection, table: str) -> bytes:
+    """FTS5's structure record, rewritten by every committed change to the
+    table (`gateway.store.fts_counts`): the index's version."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 10").fetchone()
+    return bytes(row[0]) if row and row[0] is not None else b""
+
+
+def _numbers(text: str | None, dtype: type) -> np.ndarray:
+    """A comma-separated list of numbers (`group_concat`'s) as an array."""
+    return np.fromstring(text, dtype=dtype, sep=",") if text else np.empty(0, dtype=dtype)
+
+
+def read(conn: sqlite3.Connection, table: str) -> ArrayTable:
+    """The table's index as arrays, in one read transaction of `conn`.
+
+    Each list comes back as one string (`group_concat`) parsed by numpy:
+    the event loop's thread needs the interpreter lock too, and SQLite
+    builds a string without it, where a row-per-instance fetch takes and
+    gives it back at every row (230,000 times at 10k entries: while the
+    event loop is busy, each of those waits for it)."""
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_arow USING fts5vocab(main, {table}, 'row')")
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_ainst USING fts5vocab(main, {table}, 'instance')")
+    conn.execute("BEGIN")
+    try:
+        version = version_of(conn, table)
+        seqs_text, kinds_text, expiring = conn.execute(
+            "SELECT group_concat(seq), group_concat(kind), "
+            # '%!.17g': the shortest text that reads back as the same double
+            "group_concat(CASE WHEN expires_at IS NULL THEN 'inf' ELSE printf('%!.17g', expires_at) END) "
+            f"FROM (SELECT e.seq, e.kind, e.expires_at FROM {table}_docsize d JOIN entries e ON e.seq = d.id "
+            "ORDER BY e.seq)"
+        ).fetchone()
+        # Both vocabularies list the stems in the same (binary) order: the
+        # `row` one says how many instances each stem has (and in how many
+        # rows), so the instance list cuts into stems.
+        terms_text, rows_text, counts_text = conn.execute(
+            f"SELECT group_concat(term), group_concat(doc), group_concat(cnt) FROM temp.{table}_arow"
+        ).fetchone()
+        packed = conn.execute(
+            f"SELECT group_concat((doc << {COLUMN_BITS}) | {_COLUMN_CODE}) FROM temp.{table}_ainst"
+        ).fetchone()[0]
+    finally:
+        conn.execute("COMMIT")
+    seqs = _numbers(seqs_text, np.int64)
+    instances = _numbers(packed, np.int64)
+    counts = _numbers(counts_text, np.int64)
+    terms = terms_text.split(",") if terms_text else []  # a token never holds a comma
+    # Rows by their place in `seqs`, not their seq.
+    places = np.searchsorted(seqs, instances >> COLUMN_BITS)
+    instances = (places << COLUMN_BITS) | (instances & ((1 << COLUMN_BITS) - 1))
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    # The reads must agree stem by stem (one snapshot, one order): the
+    # instances add up, and each stem's slice holds as many rows as the
+    # `row` vocabulary says.  If not, the table is left to FTS5.
+    if len(terms) != len(counts) or int(counts.sum()) != len(instances):
+        raise RuntimeError(f"{table}: {int(counts.sum())} instances by stem, {len(instances)} listed")
+    if len(terms):
+        fresh = np.ones(len(instances), dtype=np.int64)
+        fresh[1:] = places[1:] != places[:-1]
+        fresh[starts] = 1
+        if not np.array_equal(np.add.reduceat(fresh, starts), _numbers(rows_text, np.int64)):
+            raise RuntimeError(f"{table}: the stems' rows disagree between the two vocabularies")
+    return ArrayTable(
+        version=version,
+        seqs=seqs,
+        lengths=np.bincount(places, minlength=len(seqs)).astype(np.float64),
+        kinds=kinds_text.split(",") if kinds_text else [],
+        expires=_numbers(expiring, np.float64),
+        instances=instances,
+        stems=dict(zip(terms, zip(starts.tolist(), ends.tolist()))),
+    )
+
+
+def load(path: str, table: str) -> tuple[ArrayTable, float]:
+    """The table's copy, and the seconds the load took."""
+    started = time.monotonic()
+    uri = f"{Path(path).resolve().as_uri()}?mode=ro"  # percent-encoded: a path may hold '?' or '#'
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout = 5000")
+        copy = read(conn, table)
+    finally:
+        conn.close()
+    return copy, time.monotonic() - started
+
+
+class ArrayTables:
+    """The process's array copies, by table, and the one load in flight.
+    Used from one event loop; the loads run on its worker thread."""
+
+    def __init__(self, path: str | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # A database in memory cannot be opened by a second connection.
+        self._path = path if path and path != ":memory:" else None
+        self._held: OrderedDict[str, ArrayTable] = OrderedDict()
+        self._instances = 0
+        self._loading: dict[str, asyncio.Future[tuple[ArrayTable, float]]] = {}
+        self._resume_at = 0.0  # the clock's time before which no load starts (LOAD_SHARE)
+        self._failed: dict[str, bytes] = {}  # table -> the version a load failed at: not tried again
+        self._seen: dict[str, tuple[bytes, float]] = {}  # table -> its version, and when a search first saw it
+        self._executor: ThreadPoolExecutor | None = None
+
+    def get(self, table: str, version: bytes, rows: int) -> ArrayTable | None:
+        """The copy of `table` at `version`, or None: then a load of its
+        current version is started, unless one is running or the table is
+        too big."""
+        held = self._held.get(table)
+        if held is not None and held.version == version:
+            self._held.move_to_end(table)
+            return held
+        if self._path is None or rows > ARRAY_ROWS or self._failed.get(table) == version:
+            return None
+        now = self._clock()
+        seen = self._seen.get(table)
+        if seen is None or seen[0] != version:
+            if len(self._seen) >= MAX_SEEN:
+                self._seen.clear()
+            self._seen[table] = (version, now)
+            seen = self._seen[table]
+        if now - seen[1] < STABLE_FOR or now < self._resume_at or self._loading:
+            return None
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relayroom-arrays")
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, load, self._path, table)
+        self._loading[table] = future
+        future.add_done_callback(lambda done: self._loaded(table, version, done))
+        return None
+
+    def _loaded(self, table: str, asked: bytes, done: asyncio.Future[tuple[ArrayTable, float]]) -> None:
+        self._loading.pop(table, None)
+        if done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            log.warning("recall index %s not held as arrays: %s", table, error)
+            self._failed[table] = asked
+            return
+        copy, took = done.result()
+        self._resume_at = self._clock() + took * (1 / LOAD_SHARE - 1)
+        old = self._held.pop(table, None)
+        if old is not None:
+            self._instances -= old.tokens
+        if copy.tokens > ARRAY_INSTANCES:
+            return
+        while self._held and self._instances + copy.tokens > ARRAY_INSTANCES:
+            _, dropped = self._held.popitem(last=False)
+            self._instances -= dropped.tokens
+        self._held[table] = copy
+        self._instances += copy.tokens
+
+    async def settled(self) -> None:
+        """Wait for the load in flight, if any (tests, benchmarks)."""
+        while self._loading:
+            await asyncio.gather(*self._loading.values(), return_exceptions=True)
+            await asyncio.sleep(0)  # the done callbacks run
+
+    async def close(self) -> None:
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+        self._held.clear()
+        self._instances = 0

@@ -1,0 +1,231 @@
+"""A big project held as arrays ranks exactly as FTS5's own statements rank it.
+
+SQLite's recall ranks a project of more than HELD_ROWS entries with FTS5
+statements until a copy of its index, loaded on a worker thread, is held as
+arrays (`gateway.store.fts_arrays`, `gateway.store.bm25_arrays`); from then
+on with the copy, while the index keeps the copy's version.  Here both run
+on the same snapshot of the same file: the evaluation set and ~2,200
+synthetic entries of its own words in one project (phrases past
+COMMON_ROWS with and without a kind filter, so FTS5's pruning, the AND of
+common words and its fallback, one ranking and two fused ones; phrases of
+several tokens, which stay with FTS5; expired entries), every question on
+every rung of the ladder but prefix matching, with and without `kind=`.
+Then the copy follows the index, and stays within its bounds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+
+from bench.recall_quality import load
+from gateway.core.clock import ManualClock
+from gateway.core.config import Config
+from gateway.hub import Hub
+from gateway.recall.search import COMMON_ROWS, LADDER
+from gateway.store import bm25_arrays, fts_arrays, fts_counts
+from gateway.store.search_index import SqliteFtsIndex
+from tests.support.ranking_parity import difference
+from tests.unit.recall.test_recall_parity_big import EXTRA_QUESTIONS, Side, _hot, _padding
+
+NOW = 1_800_000_000.0
+LIMIT = 20
+RANKINGS = [r for r in LADDER if not r.prefix]
+
+
+@pytest.fixture
+async def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Side, list[str]]]:
+    # Each new version loads at once (the waits have their own test below).
+    monkeypatch.setattr(fts_arrays, "LOAD_SHARE", 1.0)
+    monkeypatch.setattr(fts_arrays, "STABLE_FOR", 0.0)
+    entries, queries = load()
+    hot = _hot(queries)
+    config = Config.from_env({}, database_url=f"sqlite:///{tmp_path / 'arrays.db'}", sweep_interval=0.0,
+                             recalls_per_hour=1_000_000)
+    hub = Hub(config, clock=ManualClock(start=NOW - 3600))
+    await hub.start(background=False)
+    side = Side(hub)
+    await side.fill(entries, _padding(entries, hot))
+    try:
+        yield side, hot
+    finally:
+        await hub.stop()
+
+
+def _copies(hub: Hub) -> fts_arrays.ArrayTables:
+    return hub.driver._phrase_counts.array_tables  # type: ignore[attr-defined]
+
+
+async def _loaded(hub: Hub) -> None:
+    await hub.driver.copies_loaded()  # type: ignore[attr-defined]
+
+
+async def _held_copy(side: Side) -> bm25_arrays.ArrayTable:
+    """Ask once (which starts the load), wait for it, and return the copy."""
+    await side.search("warm", None, RANKINGS[-1])
+    await _loaded(side.hub)
+
+    async def unit(q: Any) -> bm25_arrays.ArrayTable | None:
+        table = SqliteFtsIndex.table(side.project_id)
+        known = await q.tx.phrase_counts.table(q.tx, table)
+        return q.tx.phrase_counts.arrays(table, known)
+
+    copy = await side.hub.driver.read(unit)
+    assert copy is not None, "no copy held after the load"
+    return copy
+
+
+async def test_a_project_held_as_arrays_ranks_as_fts5_does(
+    pool: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    side, hot = pool
+    copy = await _held_copy(side)
+    assert copy.rows > 2 * COMMON_ROWS
+    _, queries = load()
+    questions = [q.text for q in queries] + EXTRA_QUESTIONS + [
+        " ".join(hot[:2]), " ".join(hot[:4]), hot[0], f"{hot[1]} {hot[2]} migrations", f"why {hot[0]} {hot[3]}?",
+        "", "the and of", "naïve ÜBER-config it's", "x" * 70,
+    ]
+    ranked_by_arrays = []
+    real = bm25_arrays.ranking
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        ranked_by_arrays.append(out is not None)
+        return out
+
+    monkeypatch.setattr(bm25_arrays, "ranking", counted)
+    differ, asked, fused, empty = [], 0, 0, 0
+    for text in questions:
+        for ranking in RANKINGS:
+            for kind in (None, "convention", "pitfall", "decision") if ranking is RANKINGS[-1] else (None,):
+                by_arrays = await side.search(text, kind, ranking)
+                with monkeypatch.context() as patch:  # FTS5's statements, on the same file
+                    patch.setattr(fts_counts.PhraseCounts, "arrays", lambda *a: None)
+                    by_fts = await side.search(text, kind, ranking)
+                asked += 1
+                empty += not by_fts
+                fused += len(by_fts) == LIMIT
+                found = difference(by_arrays, by_fts, text, ranking.name, kind)
+                if found is not None:
+                    differ.append(found)
+    assert not differ, f"{len(differ)} of {asked} searches differ, first: {differ[:3]}"
+    assert fused > asked // 4 and empty > 0
+    # Most questions were ranked by the copy; those with a phrase of several
+    # tokens (`it's`, `uv.lock`) were left to FTS5.
+    assert sum(ranked_by_arrays) > 0.8 * len(ranked_by_arrays)
+    assert not all(ranked_by_arrays)
+
+
+async def test_the_copy_follows_the_index(pool: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    side, _ = pool
+    hub, owner = side.hub, side.owner
+    question = "quasar flux capacitor calibration"
+    await _held_copy(side)
+    used: list[bytes] = []
+    real = bm25_arrays.ranking
+
+    def spied(table: bm25_arrays.ArrayTable, *args: Any, **kwargs: Any) -> Any:
+        used.append(table.version)
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(bm25_arrays, "ranking", spied)
+
+    async def ask(now: float = NOW) -> list[int]:
+        async def unit(q: Any) -> list[tuple[int, float]]:
+            return await q.index.search(side.project_id, question, None, LIMIT, now)
+
+        return [seq for seq, _ in await hub.driver.read(unit)]
+
+    async def ask_settled(now: float = NOW) -> list[int]:
+        """Asked at once (FTS5, while the new version loads), then by the copy."""
+        first = await ask(now)
+        await _loaded(hub)
+        used.clear()
+        second = await ask(now)
+        assert used, "the copy of the new version was not used"
+        assert first == second
+        return second
+
+    assert await ask() == [] and used
+    entry, _ = await hub.knowledge.learn(owner, "fact", "The quasar flux capacitor needs calibration weekly.", None)
+    assert await ask_settled() == []  # a candidate is not in the index
+    await hub.knowledge.confirm(owner, entry.id)
+    used.clear()
+    assert await ask() == [entry.seq]  # at once, before any copy of the new version
+    assert not used
+    assert await ask_settled() == [entry.seq]
+    await hub.knowledge.set_expiry(owner, entry.id, expires_at=NOW + 60.0)
+    assert await ask_settled(NOW + 59.0) == [entry.seq]
+    assert await ask(NOW + 61.0) == []
+    await hub.knowledge.retire(owner, entry.id, "no longer true")
+    assert await ask() == []
+    assert await ask_settled() == []
+
+
+async def test_the_copies_stay_within_their_bounds(
+    pool: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    side, hot = pool
+    copies = _copies(side.hub)
+    monkeypatch.setattr(fts_arrays, "ARRAY_ROWS", 1000)  # the project is bigger: never loaded
+    await side.search(" ".join(hot[:3]), None, RANKINGS[-1])
+    assert not copies._loading and not copies._held
+    monkeypatch.setattr(fts_arrays, "ARRAY_ROWS", 1_000_000)
+    monkeypatch.setattr(fts_arrays, "ARRAY_INSTANCES", 1000)  # loaded, but too many instances to keep
+    await side.search(" ".join(hot[:3]), None, RANKINGS[-1])
+    await _loaded(side.hub)
+    assert not copies._held and copies._instances == 0
+    monkeypatch.setattr(fts_arrays, "ARRAY_INSTANCES", 10_000_000)
+    copy = await _held_copy(side)
+    assert copies._instances == copy.tokens == int(copy.lengths.sum())
+
+
+async def test_a_database_in_memory_stays_on_fts5() -> None:
+    copies = fts_arrays.ArrayTables(":memory:")
+    assert copies.get("fts_p1", b"v", 5000) is None and not copies._loading
+    await copies.close()
+
+
+async def test_a_version_is_loaded_once_it_has_settled(
+    pool: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    side, _ = pool
+    copies = _copies(side.hub)
+    now = [1000.0]
+    monkeypatch.setattr(copies, "_clock", lambda: now[0])
+    monkeypatch.setattr(fts_arrays, "STABLE_FOR", 1.0)
+    await side.search("warm", None, RANKINGS[-1])
+    now[0] += 0.9
+    await side.search("warm", None, RANKINGS[-1])
+    assert not copies._loading and not copies._held  # seen for 0.9 s only
+    now[0] += 0.1
+    first = await _held_copy(side)
+    entry, _ = await side.hub.knowledge.learn(side.owner, "fact", "Zyxwvut needs the flux capacitor.", None)
+    await side.hub.knowledge.confirm(side.owner, entry.id)  # a new version of the index
+    assert await side.search("zyxwvut", None, RANKINGS[-1]) != []  # at once, by FTS5
+    now[0] += 0.9
+    await side.search("warm", None, RANKINGS[-1])
+    assert not copies._loading
+    now[0] += 0.1
+    assert (await _held_copy(side)).version != first.version
+
+
+async def test_loads_take_at_most_their_share_of_the_time(
+    pool: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    side, _ = pool
+    copies = _copies(side.hub)
+    now = [1000.0]
+    monkeypatch.setattr(copies, "_clock", lambda: now[0])
+    monkeypatch.setattr(fts_arrays, "LOAD_SHARE", 0.1)
+    first = await _held_copy(side)
+    assert copies._resume_at > now[0]  # nine times the load's own duration
+    entry, _ = await side.hub.knowledge.learn(side.owner, "fact", "Zyxwvut needs the flux capacitor.", None)
+    await side.hub.knowledge.confirm(side.owner, entry.id)
+    assert await side.search("zyxwvut", None, RANKINGS[-1]) != []
+    assert not copies._loading  # within the wait: FTS5 ranks, nothing loads
+    now[0] = copies._resume_at
+    assert (await _held_copy(side)).version != first.version
