@@ -21,6 +21,11 @@ Per round (`--rounds`, default 3), on the same server:
 - throughput: at each of `--connections` (default 16 and 64), /healthz then
   the recalls, and their ratio.
 
+With `--churn MS`, an owner adds and confirms an entry every MS
+milliseconds during the sequential recalls (each confirm is a new version
+of the project's index: what a project under review looks like), and the
+sequential figures say what recall costs while its index keeps changing.
+
 It prints every round and then the median (min-max) of the rounds.
 Goals: 10k in a hub of 200k or 1M, p50 <= 3 ms and p99 <= 8 ms; 30 entries,
 p50 <= 2 ms; throughput >= 0.15 of /healthz.
@@ -30,17 +35,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
+import threading
+import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.outside import Server, compare, load_average, ratios, request_line, show, spread, workdir, wrk_run  # noqa: E402
+from bench.outside import Server, compare, let_copies_load, load_average, ratios, request_line, show, spread, workdir, wrk_run  # noqa: E402
 from bench.attest import profiled  # noqa: E402
 from bench.recall_latency import COMMON, Text, add_trusted, checkpoint  # noqa: E402
 
@@ -87,9 +95,40 @@ async def build(url: str, entries: int, others: int) -> list[str]:
         project = await hub.accounts.create_project("target")
         await add_trusted(hub, project.id, entries, text, now)
         await checkpoint(hub)
-        return [await hub.accounts.create_token("target", "read", f"agent-{n}") for n in range(TOKENS)]
+        tokens = [await hub.accounts.create_token("target", "read", f"agent-{n}") for n in range(TOKENS)]
+        return tokens + [await hub.accounts.create_token("target", "owner", "bench-owner")]
     finally:
         await hub.stop()
+
+
+@contextlib.contextmanager
+def churning(port: int, owner: str, every_ms: float) -> Iterator[list[int]]:
+    """An owner adding and confirming an entry every `every_ms` ms while
+    the block runs (nothing if 0); yields the count confirmed so far."""
+    confirmed = [0]
+    if not every_ms:
+        yield confirmed
+        return
+    import httpx
+
+    stop = threading.Event()
+
+    def run() -> None:
+        base = f"http://127.0.0.1:{port}/v1/projects/target/entries"
+        with httpx.Client(headers={"Authorization": f"Bearer {owner}"}, timeout=10) as client:
+            while not stop.wait(every_ms / 1000):
+                statement = f"Churn entry {uuid.uuid4().hex} keeps the index moving."  # never a duplicate
+                made = client.post(base, json={"kind": "fact", "statement": statement})
+                if client.post(f"{base}/{made.json()['id']}/confirm").status_code == 200:
+                    confirmed[0] += 1
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    try:
+        yield confirmed
+    finally:
+        stop.set()
+        worker.join(30)
 
 
 def recall_lines(asked: list[str], tokens: list[str]) -> list[str]:
@@ -106,6 +145,8 @@ def main() -> int:
     parser.add_argument("--connections", type=int, nargs="*", default=[16, 64])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", default=None, help="record the server with py-spy into this file (see bench/attest.py)")
+    parser.add_argument("--churn", type=float, default=0.0,
+                        help="during the sequential recalls, an owner adds and confirms an entry every this many ms")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -118,20 +159,25 @@ def main() -> int:
     words = statistics.mean(len(q.split()) for q in asked)
     with workdir() as work, bench_database(work, "recall") as url:
         (work / "checkmaps").mkdir()
-        tokens = asyncio.run(build(url, args.entries, args.others))
+        *tokens, owner = asyncio.run(build(url, args.entries, args.others))
         lines = recall_lines(asked, tokens)
         env = {"RELAYROOM_DATABASE_URL": url, "RELAYROOM_CHECKMAPS": str(work / "checkmaps")}
         sequential: list[tuple[dict[str, Any], dict[str, Any]]] = []
         loaded: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {c: [] for c in args.connections}
         with Server(env, work) as server:
             wrk_run(server.port, lines[:200], 4)  # warm: page cache, statement caches
+            let_copies_load(server.pid, lambda: wrk_run(server.port, lines[:40], 1))
             wrk_run(server.port, [request_line("GET", "/healthz")] * 500, 4)
             at = 200
             spy = profiled(server.pid, args.profile)
             spy.__enter__()
             for r in range(args.rounds):
                 print(f"-- round {r + 1} of {args.rounds}, load average {load_average()}", file=sys.stderr)
-                row = wrk_run(server.port, lines[at:at + args.queries], 1, server_pid=server.pid)
+                with churning(server.port, owner, args.churn) as confirmed:
+                    row = wrk_run(server.port, lines[at:at + args.queries], 1, server_pid=server.pid)
+                if args.churn:
+                    row["confirmed"] = confirmed[0]
+                    print(f"  {confirmed[0]} entries confirmed during the round", file=sys.stderr)
                 at += args.queries
                 show("recall, sequential", row)
                 health = wrk_run(server.port, [request_line("GET", "/healthz")] * args.queries, 1,

@@ -67,6 +67,14 @@ async def stages(entries: int, count: int) -> dict[str, list[float]]:
         asked = questions(text, count + 20)
         for q in asked[:20]:
             await hub.recall.recall(principal, q)
+        if hasattr(hub.driver, "copies_loaded"):
+            # A big project's index as arrays, as a settled server holds it
+            # (in a server, once its version has been seen for STABLE_FOR s).
+            from gateway.store import fts_arrays
+
+            fts_arrays.STABLE_FOR = 0.0
+            await hub.recall.recall(principal, asked[0])
+            await hub.driver.copies_loaded()
         table = SqliteFtsIndex.table(project.id)
         count_sql = f"SELECT COUNT(*) AS n FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?)"
         pruned = 0
