@@ -198,6 +198,9 @@ class ArrayTables:
         if old is not None:
             self._instances -= old.tokens
         if copy.tokens > ARRAY_INSTANCES:
+            # Too big to hold at all: not loaded again at this version (each
+            # new version tries once more, within LOAD_SHARE).
+            self._failed[table] = copy.version
             return
         while self._held and self._instances + copy.tokens > ARRAY_INSTANCES:
             _, dropped = self._held.popitem(last=False)

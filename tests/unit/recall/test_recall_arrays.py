@@ -178,7 +178,10 @@ async def test_the_copies_stay_within_their_bounds(
     await side.search(" ".join(hot[:3]), None, RANKINGS[-1])
     await _loaded(side.hub)
     assert not copies._held and copies._instances == 0
+    await side.search(" ".join(hot[:3]), None, RANKINGS[-1])
+    assert not copies._loading  # too big at this version: not read again and again
     monkeypatch.setattr(fts_arrays, "ARRAY_INSTANCES", 10_000_000)
+    copies._failed.clear()  # as a new version of the index would
     copy = await _held_copy(side)
     assert copies._instances == copy.tokens == int(copy.lengths.sum())
 
@@ -229,3 +232,22 @@ async def test_loads_take_at_most_their_share_of_the_time(
     assert not copies._loading  # within the wait: FTS5 ranks, nothing loads
     now[0] = copies._resume_at
     assert (await _held_copy(side)).version != first.version
+
+
+async def test_a_load_that_fails_leaves_the_project_to_fts5(
+    pool: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    side, hot = pool
+    copies = _copies(side.hub)
+    question = " ".join(hot[:3])
+
+    def broken(conn: Any, table: str) -> Any:
+        raise RuntimeError("the two vocabularies disagree")
+
+    monkeypatch.setattr(fts_arrays, "read", broken)
+    expected = await side.search(question, None, RANKINGS[-1])  # by FTS5; the load starts
+    await _loaded(side.hub)
+    assert not copies._held and copies._failed
+    assert "not held as arrays" in caplog.text
+    assert await side.search(question, None, RANKINGS[-1]) == expected
+    assert not copies._loading  # not tried again at this version
