@@ -36,6 +36,20 @@ MAX_KEPT_TERMS = 20_000  # per copy: (lexeme, column, weights) whose rows and pa
 
 
 @dataclass
+class Pairs:
+    """Every (stem, row) of a copy with the stem's weighted frequency in the
+    row and its part of the row's score, for one set of column weights:
+    worked out for the whole copy at once when it is loaded, so a
+    question's stems are slices, however new they are to the process."""
+
+    weights: tuple[float, ...]
+    offsets: list[int]  # stem ordinal -> its pairs are [offsets[i], offsets[i + 1])
+    rows: np.ndarray  # int64
+    frequency: np.ndarray  # float64
+    parts: np.ndarray  # float64
+
+
+@dataclass
 class ArrayTable:
     """One version of one index table: its rows in `seq` order, and for
     each stem the slice of `instances` that holds it (row-major within
@@ -47,7 +61,9 @@ class ArrayTable:
     kinds: list[str]  # each row's entry kind
     expires: np.ndarray  # float64: each row's expiry, +inf when none
     instances: np.ndarray  # int64: (row << COLUMN_BITS) | column, grouped by stem
-    stems: dict[str, tuple[int, int]]  # stem -> [start, end) in `instances`
+    stems: dict[str, int]  # stem -> its ordinal: its instances are [offsets[i], offsets[i + 1])
+    offsets: list[int]
+    pairs: Pairs | None = None
     _terms: dict[tuple[str, int | None, tuple[float, ...]], tuple[np.ndarray, np.ndarray]] = field(
         default_factory=dict, repr=False)
     _parts: dict[tuple[str, int | None, tuple[float, ...]], np.ndarray] = field(default_factory=dict, repr=False)
@@ -60,19 +76,34 @@ class ArrayTable:
     def tokens(self) -> int:
         return len(self.instances)
 
+    @property
+    def nbytes(self) -> int:
+        """What the copy's arrays take (the bound of `gateway.store.fts_arrays`)."""
+        arrays = [self.seqs, self.lengths, self.expires, self.instances]
+        if self.pairs is not None:
+            arrays += [self.pairs.rows, self.pairs.frequency, self.pairs.parts]
+        return sum(a.nbytes for a in arrays) + 8 * (len(self.offsets) + len(self.kinds))
+
     def holding(self, lexeme: str, column: int | None, weights: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The rows holding `lexeme` (in `column` only, if given), and in
         each the sum of the column weights of its instances (FTS5's phrase
         frequency), summed in the order FTS5 adds them."""
+        pairs = self.pairs
+        if column is None and pairs is not None and weights == pairs.weights:
+            i = self.stems.get(lexeme)
+            if i is None:
+                return _EMPTY
+            a, b = pairs.offsets[i], pairs.offsets[i + 1]
+            return pairs.rows[a:b], pairs.frequency[a:b]
         key = (lexeme, column, weights)
         found = self._terms.get(key)
         if found is not None:
             return found
-        span = self.stems.get(lexeme)
-        if span is None:
-            found = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
+        i = self.stems.get(lexeme)
+        if i is None:
+            found = _EMPTY
         else:
-            block = self.instances[span[0]:span[1]]
+            block = self.instances[self.offsets[i]:self.offsets[i + 1]]
             columns = block & ((1 << COLUMN_BITS) - 1)
             if column is not None:
                 block = block[columns == column]
@@ -82,7 +113,7 @@ class ArrayTable:
                 starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
                 found = (rows[starts], np.add.reduceat(np.asarray(weights)[columns], starts))
             else:
-                found = (rows, np.empty(0, dtype=np.float64))
+                found = _EMPTY
         if len(self._terms) >= MAX_KEPT_TERMS:
             self._terms.clear()
             self._parts.clear()
@@ -93,15 +124,58 @@ class ArrayTable:
         """The rows holding the term and its part of each one's score
         (`bm25.scores` for one term: its IDF over the whole table, all
         kinds).  Fixed for a version, so worked out once."""
+        pairs = self.pairs
+        if column is None and pairs is not None and weights == pairs.weights:
+            i = self.stems.get(lexeme)
+            if i is None:
+                return _EMPTY
+            a, b = pairs.offsets[i], pairs.offsets[i + 1]
+            return pairs.rows[a:b], pairs.parts[a:b]
         rows, frequency = self.holding(lexeme, column, weights)
         key = (lexeme, column, weights)
         found = self._parts.get(key)
         if found is None:
-            avgdl = self.tokens / self.rows if self.rows else 1.0
-            idf = bm25.idf(self.rows, len(rows))
-            norm = bm25.K1 * (1 - bm25.B + bm25.B * self.lengths[rows] / avgdl)
-            found = self._parts[key] = idf * ((frequency * (bm25.K1 + 1.0)) / (frequency + norm))
+            found = self._parts[key] = _score_parts(self, rows, frequency, bm25.idf(self.rows, len(rows)))
         return rows, found
+
+
+_EMPTY = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64))
+
+
+def _score_parts(table: ArrayTable, rows: np.ndarray, frequency: np.ndarray, idf: np.ndarray | float) -> np.ndarray:
+    """`bm25.scores`' expression for one term, row by row, in its order of operations."""
+    avgdl = table.tokens / table.rows if table.rows else 1.0
+    norm = bm25.K1 * (1 - bm25.B + bm25.B * table.lengths[rows] / avgdl)
+    return idf * ((frequency * (bm25.K1 + 1.0)) / (frequency + norm))
+
+
+def with_pairs(table: ArrayTable, weights: tuple[float, ...], rows_per_stem: np.ndarray | None = None) -> ArrayTable:
+    """`table` with its `Pairs` for `weights`, all stems at once.
+    `rows_per_stem`, if given, is what the index says each stem's rows
+    are: a copy that disagrees is refused (ValueError)."""
+    offsets = np.asarray(table.offsets, dtype=np.int64)
+    counts = offsets[1:] - offsets[:-1]
+    stem = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    rows = table.instances >> COLUMN_BITS
+    new = np.ones(len(rows), dtype=bool)
+    new[1:] = (rows[1:] != rows[:-1]) | (stem[1:] != stem[:-1])
+    starts = np.flatnonzero(new)
+    pair_rows, pair_stem = rows[starts], stem[starts]
+    frequency = (np.add.reduceat(np.asarray(weights)[table.instances & ((1 << COLUMN_BITS) - 1)], starts)
+                 if len(starts) else np.empty(0, dtype=np.float64))
+    per_stem = np.bincount(pair_stem, minlength=len(counts))
+    if rows_per_stem is not None and not np.array_equal(per_stem, rows_per_stem):
+        raise ValueError("the stems' rows disagree with the index")
+    # math.log, as `bm25.scores` takes it: numpy's own log may differ in the last bit.
+    idf = np.array([bm25.idf(table.rows, n) for n in per_stem.tolist()], dtype=np.float64)
+    table.pairs = Pairs(
+        weights=weights,
+        offsets=[0, *np.cumsum(per_stem).tolist()],
+        rows=pair_rows,
+        frequency=frequency,
+        parts=_score_parts(table, pair_rows, frequency, idf[pair_stem]),
+    )
+    return table
 
 
 class Term(NamedTuple):

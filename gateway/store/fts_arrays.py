@@ -14,17 +14,21 @@ FTS5 as before, and none waits.  The worker has a read-only connection of its
 own, opened per load, and reads the version and the rows in one
 transaction, so a copy is exactly the version it is labelled with.
 
+What a load reads: each row's seq, kind and expiry, each stem's token
+instances, and from them, all at once, every (stem, row) pair's weighted
+frequency and part of the row's score for recall's weights
+(`bm25_arrays.with_pairs`): a question then slices arrays, whatever
+words it brings.  At 10,000 entries (230,000 instances, 180,000 pairs),
+about 7 MB.
+
 Bounds: only tables of at most `ARRAY_ROWS` rows are loaded, one load at a
-time per process, and at most `ARRAY_INSTANCES` token instances are held
-over all tables (8 bytes each, plus what each copy keeps per stem asked
-for); past that the least recently used copies are dropped.  A version is
-loaded only once searches have seen it for `STABLE_FOR` seconds: a new
-copy starts with no stem worked out yet (each costs tens of microseconds
-the first time a question asks for it), so a project whose index changes
-every few hundred milliseconds (a review, a burst of promotions) was
-slower and less even on copies than on FTS5, and now stays on FTS5 until
-it settles.  And loads take at most `LOAD_SHARE` of the time (after a load
-of d seconds the next waits d * (1 / LOAD_SHARE - 1)).
+time per process, and at most `ARRAY_BYTES` of copies are held over all
+tables; past that the least recently used copies are dropped.  A version
+is loaded only once searches have seen it for `STABLE_FOR` seconds, and
+loads take at most `LOAD_SHARE` of the time (after a load of d seconds the
+next waits d * (1 / LOAD_SHARE - 1)): a project whose index changes every
+few hundred milliseconds (a review, a burst of promotions) stays on FTS5
+until it settles, rather than load copy after copy, each used for a moment.
 """
 
 from __future__ import annotations
@@ -40,12 +44,14 @@ from typing import Callable
 
 import numpy as np
 
-from gateway.store.bm25_arrays import COLUMN_BITS, ArrayTable
+from gateway.recall.search import DEFAULT_RANKING
+from gateway.store.bm25_arrays import COLUMN_BITS, ArrayTable, with_pairs
+from gateway.store.bm25_ranking import column_weights
 
 log = logging.getLogger("relayroom.store")
 
 ARRAY_ROWS = 100_000
-ARRAY_INSTANCES = 3_000_000
+ARRAY_BYTES = 64 << 20  # all copies of a process together (10,000 entries: about 7 MB)
 LOAD_SHARE = 0.1
 STABLE_FOR = 1.0  # seconds a version must have been seen before its copy is loaded
 MAX_SEEN = 1024
@@ -63,6 +69,12 @@ def version_of(conn: sqlite3.Connection, table: str) -> bytes:
 def _numbers(text: str | None, dtype: type) -> np.ndarray:
     """A comma-separated list of numbers (`group_concat`'s) as an array."""
     return np.fromstring(text, dtype=dtype, sep=",") if text else np.empty(0, dtype=dtype)
+
+
+# Recall's weights, by column: every stem's part of every row's score is
+# worked out for these when a copy is loaded (another ranking, as the
+# evaluation asks for, works its stems out when asked).
+DEFAULT_WEIGHTS = tuple(column_weights(DEFAULT_RANKING)[letter] for letter in "ABCD")
 
 
 def read(conn: sqlite3.Connection, table: str) -> ArrayTable:
@@ -100,31 +112,28 @@ def read(conn: sqlite3.Connection, table: str) -> ArrayTable:
     instances = _numbers(packed, np.int64)
     counts = _numbers(counts_text, np.int64)
     terms = terms_text.split(",") if terms_text else []  # a token never holds a comma
+    # The reads must agree (one snapshot, one order): the instances add up
+    # stem by stem, and each stem's slice holds as many rows as the `row`
+    # vocabulary says (`with_pairs`).  If not, the table is left to FTS5.
+    if len(terms) != len(counts) or int(counts.sum()) != len(instances):
+        raise RuntimeError(f"{table}: {int(counts.sum())} instances by stem, {len(instances)} listed")
     # Rows by their place in `seqs`, not their seq.
     places = np.searchsorted(seqs, instances >> COLUMN_BITS)
     instances = (places << COLUMN_BITS) | (instances & ((1 << COLUMN_BITS) - 1))
-    ends = np.cumsum(counts)
-    starts = ends - counts
-    # The reads must agree stem by stem (one snapshot, one order): the
-    # instances add up, and each stem's slice holds as many rows as the
-    # `row` vocabulary says.  If not, the table is left to FTS5.
-    if len(terms) != len(counts) or int(counts.sum()) != len(instances):
-        raise RuntimeError(f"{table}: {int(counts.sum())} instances by stem, {len(instances)} listed")
-    if len(terms):
-        fresh = np.ones(len(instances), dtype=np.int64)
-        fresh[1:] = places[1:] != places[:-1]
-        fresh[starts] = 1
-        if not np.array_equal(np.add.reduceat(fresh, starts), _numbers(rows_text, np.int64)):
-            raise RuntimeError(f"{table}: the stems' rows disagree between the two vocabularies")
-    return ArrayTable(
+    copy = ArrayTable(
         version=version,
         seqs=seqs,
         lengths=np.bincount(places, minlength=len(seqs)).astype(np.float64),
         kinds=kinds_text.split(",") if kinds_text else [],
         expires=_numbers(expiring, np.float64),
         instances=instances,
-        stems=dict(zip(terms, zip(starts.tolist(), ends.tolist()))),
+        stems={term: i for i, term in enumerate(terms)},
+        offsets=[0, *np.cumsum(counts).tolist()],
     )
+    try:
+        return with_pairs(copy, DEFAULT_WEIGHTS, _numbers(rows_text, np.int64))
+    except ValueError as e:
+        raise RuntimeError(f"{table}: {e}") from None
 
 
 def load(path: str, table: str) -> tuple[ArrayTable, float]:
@@ -149,7 +158,7 @@ class ArrayTables:
         # A database in memory cannot be opened by a second connection.
         self._path = path if path and path != ":memory:" else None
         self._held: OrderedDict[str, ArrayTable] = OrderedDict()
-        self._instances = 0
+        self._bytes = 0
         self._loading: dict[str, asyncio.Future[tuple[ArrayTable, float]]] = {}
         self._resume_at = 0.0  # the clock's time before which no load starts (LOAD_SHARE)
         self._failed: dict[str, bytes] = {}  # table -> the version a load failed at: not tried again
@@ -196,17 +205,17 @@ class ArrayTables:
         self._resume_at = self._clock() + took * (1 / LOAD_SHARE - 1)
         old = self._held.pop(table, None)
         if old is not None:
-            self._instances -= old.tokens
-        if copy.tokens > ARRAY_INSTANCES:
+            self._bytes -= old.nbytes
+        if copy.nbytes > ARRAY_BYTES:
             # Too big to hold at all: not loaded again at this version (each
             # new version tries once more, within LOAD_SHARE).
             self._failed[table] = copy.version
             return
-        while self._held and self._instances + copy.tokens > ARRAY_INSTANCES:
+        while self._held and self._bytes + copy.nbytes > ARRAY_BYTES:
             _, dropped = self._held.popitem(last=False)
-            self._instances -= dropped.tokens
+            self._bytes -= dropped.nbytes
         self._held[table] = copy
-        self._instances += copy.tokens
+        self._bytes += copy.nbytes
 
     async def settled(self) -> None:
         """Wait for the load in flight, if any (tests, benchmarks)."""
@@ -219,4 +228,4 @@ class ArrayTables:
             executor, self._executor = self._executor, None
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
         self._held.clear()
-        self._instances = 0
+        self._bytes = 0

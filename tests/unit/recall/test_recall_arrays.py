@@ -174,16 +174,17 @@ async def test_the_copies_stay_within_their_bounds(
     await side.search(" ".join(hot[:3]), None, RANKINGS[-1])
     assert not copies._loading and not copies._held
     monkeypatch.setattr(fts_arrays, "ARRAY_ROWS", 1_000_000)
-    monkeypatch.setattr(fts_arrays, "ARRAY_INSTANCES", 1000)  # loaded, but too many instances to keep
+    monkeypatch.setattr(fts_arrays, "ARRAY_BYTES", 100_000)  # loaded, but too big to keep
     await side.search(" ".join(hot[:3]), None, RANKINGS[-1])
     await _loaded(side.hub)
-    assert not copies._held and copies._instances == 0
+    assert not copies._held and copies._bytes == 0
     await side.search(" ".join(hot[:3]), None, RANKINGS[-1])
     assert not copies._loading  # too big at this version: not read again and again
-    monkeypatch.setattr(fts_arrays, "ARRAY_INSTANCES", 10_000_000)
+    monkeypatch.setattr(fts_arrays, "ARRAY_BYTES", 64 << 20)
     copies._failed.clear()  # as a new version of the index would
     copy = await _held_copy(side)
-    assert copies._instances == copy.tokens == int(copy.lengths.sum())
+    assert copies._bytes == copy.nbytes > copy.instances.nbytes
+    assert copy.tokens == int(copy.lengths.sum())
 
 
 async def test_a_database_in_memory_stays_on_fts5() -> None:
