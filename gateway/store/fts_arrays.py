@@ -203,6 +203,8 @@ class ArrayTables:
             return
         copy, took = done.result()
         self._resume_at = self._clock() + took * (1 / LOAD_SHARE - 1)
+        log.info("recall index %s held as arrays: %d rows, %.1f MB, read in %.0f ms",
+                 table, copy.rows, copy.nbytes / 1e6, took * 1000)
         old = self._held.pop(table, None)
         if old is not None:
             self._bytes -= old.nbytes
