@@ -50,7 +50,10 @@ from gateway.store.bm25_ranking import column_weights
 
 log = logging.getLogger("relayroom.store")
 
-ARRAY_ROWS = 100_000
+# A 10,000-entry copy is about 7 MB: a project of this many fits the bound
+# below with room; a bigger one is not read at all (the read itself needs
+# its size again, for a moment).
+ARRAY_ROWS = 50_000
 ARRAY_BYTES = 64 << 20  # all copies of a process together (10,000 entries: about 7 MB)
 LOAD_SHARE = 0.1
 STABLE_FOR = 1.0  # seconds a version must have been seen before its copy is loaded
