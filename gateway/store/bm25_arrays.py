@@ -24,7 +24,7 @@ Pure: arrays in, (seq, score) out; nothing here reads the store.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -84,17 +84,27 @@ class ArrayTable:
             arrays += [self.pairs.rows, self.pairs.frequency, self.pairs.parts]
         return sum(a.nbytes for a in arrays) + 8 * (len(self.offsets) + len(self.kinds))
 
+    def _paired(self, lexeme: str, column: int | None, weights: tuple[float, ...], *,
+                parts: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """The stem's slice of `pairs` (its rows, and their frequencies or
+        score parts), or None when the pairs were worked out for other
+        weights, or the term is one column's."""
+        pairs = self.pairs
+        if column is not None or pairs is None or weights != pairs.weights:
+            return None
+        i = self.stems.get(lexeme)
+        if i is None:
+            return _EMPTY
+        a, b = pairs.offsets[i], pairs.offsets[i + 1]
+        return pairs.rows[a:b], (pairs.parts if parts else pairs.frequency)[a:b]
+
     def holding(self, lexeme: str, column: int | None, weights: tuple[float, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The rows holding `lexeme` (in `column` only, if given), and in
         each the sum of the column weights of its instances (FTS5's phrase
         frequency), summed in the order FTS5 adds them."""
-        pairs = self.pairs
-        if column is None and pairs is not None and weights == pairs.weights:
-            i = self.stems.get(lexeme)
-            if i is None:
-                return _EMPTY
-            a, b = pairs.offsets[i], pairs.offsets[i + 1]
-            return pairs.rows[a:b], pairs.frequency[a:b]
+        paired = self._paired(lexeme, column, weights, parts=False)
+        if paired is not None:
+            return paired
         key = (lexeme, column, weights)
         found = self._terms.get(key)
         if found is not None:
@@ -124,13 +134,9 @@ class ArrayTable:
         """The rows holding the term and its part of each one's score
         (`bm25.scores` for one term: its IDF over the whole table, all
         kinds).  Fixed for a version, so worked out once."""
-        pairs = self.pairs
-        if column is None and pairs is not None and weights == pairs.weights:
-            i = self.stems.get(lexeme)
-            if i is None:
-                return _EMPTY
-            a, b = pairs.offsets[i], pairs.offsets[i + 1]
-            return pairs.rows[a:b], pairs.parts[a:b]
+        paired = self._paired(lexeme, column, weights, parts=True)
+        if paired is not None:
+            return paired
         rows, frequency = self.holding(lexeme, column, weights)
         key = (lexeme, column, weights)
         found = self._parts.get(key)
@@ -176,6 +182,15 @@ def with_pairs(table: ArrayTable, weights: tuple[float, ...], rows_per_stem: np.
         parts=_score_parts(table, pair_rows, frequency, idf[pair_stem]),
     )
     return table
+
+
+def live(table: ArrayTable, seqs: Iterable[int], now: float) -> dict[int, str]:
+    """seq -> kind of those of `seqs` unexpired at `now` (the copy holds
+    trusted entries only, and each one's expiry as of its version)."""
+    seqs = list(seqs)
+    places = np.searchsorted(table.seqs, np.fromiter(seqs, dtype=np.int64, count=len(seqs)))
+    unexpired = (table.expires[places] > now).tolist()
+    return {seq: table.kinds[place] for seq, place, keep in zip(seqs, places.tolist(), unexpired) if keep}
 
 
 class Term(NamedTuple):

@@ -42,11 +42,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from gateway.recall.search import DEFAULT_RANKING
-from gateway.store.bm25_arrays import COLUMN_BITS, ArrayTable, with_pairs
 from gateway.store.bm25_ranking import column_weights
+
+if TYPE_CHECKING:  # numpy is imported by the first load, not by every process that opens a store
+    import numpy as np
+
+    from gateway.store.bm25_arrays import ArrayTable
 
 log = logging.getLogger("relayroom.store")
 
@@ -71,6 +75,8 @@ def version_of(conn: sqlite3.Connection, table: str) -> bytes:
 
 def _numbers(text: str | None, dtype: type) -> np.ndarray:
     """A comma-separated list of numbers (`group_concat`'s) as an array."""
+    import numpy as np
+
     return np.fromstring(text, dtype=dtype, sep=",") if text else np.empty(0, dtype=dtype)
 
 
@@ -88,6 +94,10 @@ def read(conn: sqlite3.Connection, table: str) -> ArrayTable:
     builds a string without it, where a row-per-instance fetch takes and
     gives it back at every row (230,000 times at 10k entries: while the
     event loop is busy, each of those waits for it)."""
+    import numpy as np
+
+    from gateway.store.bm25_arrays import COLUMN_BITS, ArrayTable, with_pairs
+
     conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_arow USING fts5vocab(main, {table}, 'row')")
     conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_ainst USING fts5vocab(main, {table}, 'instance')")
     conn.execute("BEGIN")

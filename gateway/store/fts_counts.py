@@ -42,10 +42,14 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from typing import TYPE_CHECKING
+
 from gateway.knowledge.model import Entry
-from gateway.store.bm25_arrays import ArrayTable
 from gateway.store.fts_arrays import ArrayTables
 from gateway.store.fts_memory import HELD_INSTANCES, HeldTable, Stems, load
+
+if TYPE_CHECKING:
+    from gateway.store.bm25_arrays import ArrayTable
 
 MAX_TABLES = 256
 MAX_PHRASES_PER_TABLE = 50_000

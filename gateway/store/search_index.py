@@ -9,13 +9,10 @@ that moves the entry (`Queries.set_state`).
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Optional, Protocol, Sequence
 
 from gateway.knowledge.model import Entry
-import numpy as np
-
-from gateway.store import bm25, bm25_arrays
-from gateway.store.bm25_arrays import ArrayTable
+from gateway.store import bm25
 from gateway.store.bm25_ranking import column_weights, frequencies
 from gateway.store.bm25_ranking import ranking as ranking_of
 from gateway.store.fts_counts import Key, PhraseCounts, TableCounts
@@ -35,6 +32,9 @@ from gateway.recall.search import (
     prune,
     rerank,
 )
+
+if TYPE_CHECKING:
+    from gateway.store.bm25_arrays import ArrayTable
 
 COLUMNS = "statement, evidence, kind, aliases"
 
@@ -252,6 +252,8 @@ class SqliteFtsIndex:
         """`_ranked` and `_live` of a big project from its copy held as
         arrays (`gateway.store.bm25_arrays`), or None when a phrase needs
         FTS5.  The copy holds each row's kind and expiry as of its version."""
+        from gateway.store import bm25_arrays  # numpy: imported once a copy was loaded
+
         stems = cache.stems.of([p.text for p in plan.phrases] + ([kind] if kind else []))
         weights = column_weights(ranking)
         ordered = (weights["A"], weights["B"], weights["C"], weights["D"])
@@ -262,9 +264,7 @@ class SqliteFtsIndex:
             if ranked is None:
                 return None
             hits = ranked
-            places = np.searchsorted(arrays.seqs, np.fromiter(hits, dtype=np.int64, count=len(hits)))
-            unexpired = (arrays.expires[places] > now).tolist()
-            live = {seq: arrays.kinds[place] for seq, place, keep in zip(hits, places.tolist(), unexpired) if keep}
+            live = bm25_arrays.live(arrays, hits, now)
             # Expired entries leave recall at once but the index only at the
             # sweep: if they crowded the top, look further down once.
             if len(live) >= min(limit, len(hits)) or len(hits) < wanted or attempt:

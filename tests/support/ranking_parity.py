@@ -4,7 +4,8 @@ the same scores (to the last bits FTS5's sums and Python's may differ in)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
 
 Ranked = list[tuple[str, float]]
 
@@ -22,3 +23,35 @@ def difference(a: Ranked, b: Ranked, *about: Any) -> tuple[Any, ...] | None:
         return None
     at = next((i for i, (x, y) in enumerate(zip(a, b)) if not same([x], [y])), min(len(a), len(b)))
     return (*about, len(a), len(b), a[max(0, at - 1):at + 2], b[max(0, at - 1):at + 2])
+
+
+KINDS_ASKED = (None, "convention", "pitfall", "decision")
+
+
+@dataclass
+class Compared:
+    differ: list[tuple[Any, ...]] = field(default_factory=list)
+    asked: int = 0
+    fused: int = 0  # searches whose answer was full (SQLite's two fused rankings, mostly)
+    empty: int = 0
+
+
+async def compare_rankings(
+    questions: list[str], rankings: list[Any], pair: Callable[[str, str | None, Any], Awaitable[tuple[Ranked, Ranked]]],
+    limit: int,
+) -> Compared:
+    """Every question on every ranking, and on the last (recall's own) with
+    each kind filter too: `pair` gives the two answers to compare, the
+    second the reference."""
+    out = Compared()
+    for text in questions:
+        for ranking in rankings:
+            for kind in KINDS_ASKED if ranking is rankings[-1] else (None,):
+                a, b = await pair(text, kind, ranking)
+                out.asked += 1
+                out.empty += not b
+                out.fused += len(b) == limit
+                found = difference(a, b, text, ranking.name, kind)
+                if found is not None:
+                    out.differ.append(found)
+    return out

@@ -20,15 +20,12 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from bench.recall_quality import load
-from gateway.core.clock import ManualClock
-from gateway.core.config import Config
 from gateway.hub import Hub
-from gateway.recall.search import COMMON_ROWS, LADDER
+from gateway.recall.search import COMMON_ROWS, LADDER, Ranking
 from gateway.store import bm25_arrays, fts_arrays, fts_counts
 from gateway.store.search_index import SqliteFtsIndex
-from tests.support.ranking_parity import difference
-from tests.unit.recall.test_recall_parity_big import EXTRA_QUESTIONS, Side, _hot, _padding
+from tests.support.ranking_parity import compare_rankings
+from tests.unit.recall.test_recall_parity_big import Side, evaluation_pool, held_parity_questions
 
 NOW = 1_800_000_000.0
 LIMIT = 20
@@ -40,18 +37,8 @@ async def pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     # Each new version loads at once (the waits have their own test below).
     monkeypatch.setattr(fts_arrays, "LOAD_SHARE", 1.0)
     monkeypatch.setattr(fts_arrays, "STABLE_FOR", 0.0)
-    entries, queries = load()
-    hot = _hot(queries)
-    config = Config.from_env({}, database_url=f"sqlite:///{tmp_path / 'arrays.db'}", sweep_interval=0.0,
-                             recalls_per_hour=1_000_000)
-    hub = Hub(config, clock=ManualClock(start=NOW - 3600))
-    await hub.start(background=False)
-    side = Side(hub)
-    await side.fill(entries, _padding(entries, hot))
-    try:
-        yield side, hot
-    finally:
-        await hub.stop()
+    async with evaluation_pool(tmp_path / "arrays.db") as pool:
+        yield pool
 
 
 def _copies(hub: Hub) -> fts_arrays.ArrayTables:
@@ -60,6 +47,20 @@ def _copies(hub: Hub) -> fts_arrays.ArrayTables:
 
 async def _loaded(hub: Hub) -> None:
     await hub.driver.copies_loaded()  # type: ignore[attr-defined]
+
+
+def _frozen_clock(copies: fts_arrays.ArrayTables, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The copies' clock, moved by the test: `now[0] += seconds`."""
+    now = [1000.0]
+    monkeypatch.setattr(copies, "_clock", lambda: now[0])
+    return now
+
+
+async def _new_version(side: Side) -> None:
+    """A promotion: a new version of the project's index, found at once (by FTS5)."""
+    entry, _ = await side.hub.knowledge.learn(side.owner, "fact", "Zyxwvut needs the flux capacitor.", None)
+    await side.hub.knowledge.confirm(side.owner, entry.id)
+    assert await side.search("zyxwvut", None, RANKINGS[-1]) != []
 
 
 async def _held_copy(side: Side) -> bm25_arrays.ArrayTable:
@@ -83,11 +84,6 @@ async def test_a_project_held_as_arrays_ranks_as_fts5_does(
     side, hot = pool
     copy = await _held_copy(side)
     assert copy.rows > 2 * COMMON_ROWS
-    _, queries = load()
-    questions = [q.text for q in queries] + EXTRA_QUESTIONS + [
-        " ".join(hot[:2]), " ".join(hot[:4]), hot[0], f"{hot[1]} {hot[2]} migrations", f"why {hot[0]} {hot[3]}?",
-        "", "the and of", "naïve ÜBER-config it's", "x" * 70,
-    ]
     ranked_by_arrays = []
     real = bm25_arrays.ranking
 
@@ -97,22 +93,16 @@ async def test_a_project_held_as_arrays_ranks_as_fts5_does(
         return out
 
     monkeypatch.setattr(bm25_arrays, "ranking", counted)
-    differ, asked, fused, empty = [], 0, 0, 0
-    for text in questions:
-        for ranking in RANKINGS:
-            for kind in (None, "convention", "pitfall", "decision") if ranking is RANKINGS[-1] else (None,):
-                by_arrays = await side.search(text, kind, ranking)
-                with monkeypatch.context() as patch:  # FTS5's statements, on the same file
-                    patch.setattr(fts_counts.PhraseCounts, "arrays", lambda *a: None)
-                    by_fts = await side.search(text, kind, ranking)
-                asked += 1
-                empty += not by_fts
-                fused += len(by_fts) == LIMIT
-                found = difference(by_arrays, by_fts, text, ranking.name, kind)
-                if found is not None:
-                    differ.append(found)
-    assert not differ, f"{len(differ)} of {asked} searches differ, first: {differ[:3]}"
-    assert fused > asked // 4 and empty > 0
+
+    async def pair(text: str, kind: str | None, ranking: Ranking) -> tuple[list[Any], list[Any]]:
+        by_arrays = await side.search(text, kind, ranking)
+        with monkeypatch.context() as patch:  # FTS5's statements, on the same file
+            patch.setattr(fts_counts.PhraseCounts, "arrays", lambda *a: None)
+            return by_arrays, await side.search(text, kind, ranking)
+
+    compared = await compare_rankings(held_parity_questions(hot), RANKINGS, pair, LIMIT)
+    assert not compared.differ, f"{len(compared.differ)} of {compared.asked} searches differ, first: {compared.differ[:3]}"
+    assert compared.fused > compared.asked // 4 and compared.empty > 0
     # Most questions were ranked by the copy; those with a phrase of several
     # tokens (`it's`, `uv.lock`) were left to FTS5.
     assert sum(ranked_by_arrays) > 0.8 * len(ranked_by_arrays)
@@ -198,8 +188,7 @@ async def test_a_version_is_loaded_once_it_has_settled(
 ) -> None:
     side, _ = pool
     copies = _copies(side.hub)
-    now = [1000.0]
-    monkeypatch.setattr(copies, "_clock", lambda: now[0])
+    now = _frozen_clock(copies, monkeypatch)
     monkeypatch.setattr(fts_arrays, "STABLE_FOR", 1.0)
     await side.search("warm", None, RANKINGS[-1])
     now[0] += 0.9
@@ -207,9 +196,7 @@ async def test_a_version_is_loaded_once_it_has_settled(
     assert not copies._loading and not copies._held  # seen for 0.9 s only
     now[0] += 0.1
     first = await _held_copy(side)
-    entry, _ = await side.hub.knowledge.learn(side.owner, "fact", "Zyxwvut needs the flux capacitor.", None)
-    await side.hub.knowledge.confirm(side.owner, entry.id)  # a new version of the index
-    assert await side.search("zyxwvut", None, RANKINGS[-1]) != []  # at once, by FTS5
+    await _new_version(side)
     now[0] += 0.9
     await side.search("warm", None, RANKINGS[-1])
     assert not copies._loading
@@ -222,14 +209,11 @@ async def test_loads_take_at_most_their_share_of_the_time(
 ) -> None:
     side, _ = pool
     copies = _copies(side.hub)
-    now = [1000.0]
-    monkeypatch.setattr(copies, "_clock", lambda: now[0])
+    now = _frozen_clock(copies, monkeypatch)
     monkeypatch.setattr(fts_arrays, "LOAD_SHARE", 0.1)
     first = await _held_copy(side)
     assert copies._resume_at > now[0]  # nine times the load's own duration
-    entry, _ = await side.hub.knowledge.learn(side.owner, "fact", "Zyxwvut needs the flux capacitor.", None)
-    await side.hub.knowledge.confirm(side.owner, entry.id)
-    assert await side.search("zyxwvut", None, RANKINGS[-1]) != []
+    await _new_version(side)
     assert not copies._loading  # within the wait: FTS5 ranks, nothing loads
     now[0] = copies._resume_at
     assert (await _held_copy(side)).version != first.version
@@ -252,3 +236,15 @@ async def test_a_load_that_fails_leaves_the_project_to_fts5(
     assert "not held as arrays" in caplog.text
     assert await side.search(question, None, RANKINGS[-1]) == expected
     assert not copies._loading  # not tried again at this version
+
+
+def test_numpy_is_imported_by_the_first_load_only() -> None:
+    """A gateway whose projects are all small never pays for numpy (about
+    11 MB resident, and its import time at every CLI command)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, gateway.web.app, gateway.hub, gateway.cli.main, gateway.store.search_index; "
+            "print('numpy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "False"

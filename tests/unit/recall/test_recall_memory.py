@@ -21,15 +21,11 @@ from typing import Any, AsyncIterator
 import pytest
 
 from bench.recall_quality import load
-from gateway.core.clock import ManualClock
-from gateway.core.config import Config
-from gateway.hub import Hub
-from gateway.knowledge.model import Principal
 from gateway.recall.search import LADDER, Ranking
 from gateway.store import fts_memory, search_index
 from gateway.store.search_index import SqliteFtsIndex
-from tests.support.ranking_parity import difference
-from tests.unit.recall.test_recall_parity_big import EXTRA_QUESTIONS, Side, _hot, _padding
+from tests.support.ranking_parity import compare_rankings
+from tests.unit.recall.test_recall_parity_big import Side, evaluation_pool, held_parity_questions
 
 NOW = 1_800_000_000.0
 LIMIT = 20
@@ -42,19 +38,9 @@ HELD = 1000  # past the default bound (a cost choice): the evaluation set pooled
 @pytest.fixture
 async def side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Side, list[str]]]:
     monkeypatch.setattr(search_index, "HELD_ROWS", HELD)
-    entries, queries = load()
-    hot = _hot(queries)
-    config = Config.from_env({}, database_url=f"sqlite:///{tmp_path / 'held.db'}", sweep_interval=0.0,
-                             recalls_per_hour=1_000_000)
-    hub = Hub(config, clock=ManualClock(start=NOW - 3600))
-    await hub.start(background=False)
-    side = Side(hub)
-    room = HELD - sum(len(v) for v in entries.values()) - 10
-    await side.fill(entries, _padding(entries, hot, count=room))
-    try:
-        yield side, hot
-    finally:
-        await hub.stop()
+    entries, _ = load()
+    async with evaluation_pool(tmp_path / "held.db", HELD - sum(len(v) for v in entries.values()) - 10) as pool:
+        yield pool
 
 
 async def both(side: Side, text: str, kind: str | None, ranking: Ranking) -> tuple[list[Any], list[Any], bool]:
@@ -75,26 +61,16 @@ async def both(side: Side, text: str, kind: str | None, ranking: Ranking) -> tup
 
 async def test_a_held_project_ranks_as_fts5_does(side: tuple[Side, list[str]]) -> None:
     pool, hot = side
-    _, queries = load()
-    questions = [q.text for q in queries] + EXTRA_QUESTIONS + [
-        " ".join(hot[:2]), " ".join(hot[:4]), hot[0], f"{hot[1]} {hot[2]} migrations", f"why {hot[0]} {hot[3]}?",
-        "", "the and of", "naïve ÜBER-config it's", "x" * 70,
-    ]
-    differ, asked, fused, empty = [], 0, 0, 0
-    for text in questions:
-        for ranking in RANKINGS:
-            for kind in (None, "convention", "pitfall", "decision") if ranking is RANKINGS[-1] else (None,):
-                held, fts, was_held = await both(pool, text, kind, ranking)
-                assert was_held
-                asked += 1
-                empty += not fts
-                fused += len(fts) == LIMIT
-                found = difference(held, fts, text, ranking.name, kind)
-                if found is not None:
-                    differ.append(found)
-    assert not differ, f"{len(differ)} of {asked} searches differ, first: {differ[:3]}"
+
+    async def pair(text: str, kind: str | None, ranking: Ranking) -> tuple[list[Any], list[Any]]:
+        held, fts, was_held = await both(pool, text, kind, ranking)
+        assert was_held
+        return held, fts
+
+    compared = await compare_rankings(held_parity_questions(hot), RANKINGS, pair, LIMIT)
+    assert not compared.differ, f"{len(compared.differ)} of {compared.asked} searches differ, first: {compared.differ[:3]}"
     # The questions reach both of SQLite's ways (one ranking, two fused) and some find nothing.
-    assert fused > asked // 4 and empty > 0
+    assert compared.fused > compared.asked // 4 and compared.empty > 0
 
 
 async def test_the_held_copy_follows_the_index(side: tuple[Side, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:

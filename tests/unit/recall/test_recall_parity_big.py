@@ -15,6 +15,7 @@ the same scores (FTS5's bm25) from both stores.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
 from pathlib import Path
@@ -44,6 +45,17 @@ EXTRA_QUESTIONS = [
     "quokka",
     "quokka tortoise",
 ]
+
+
+def held_parity_questions(hot: list[str]) -> list[str]:
+    """The evaluation's questions, the extra ones, questions of only the
+    padding's common words, and edge cases (empty, stop words only,
+    diacritics and an apostrophe, a word past FTS5's 64 characters)."""
+    _, queries = load()
+    return [q.text for q in queries] + EXTRA_QUESTIONS + [
+        " ".join(hot[:2]), " ".join(hot[:4]), hot[0], f"{hot[1]} {hot[2]} migrations", f"why {hot[0]} {hot[3]}?",
+        "", "the and of", "naïve ÜBER-config it's", "x" * 70,
+    ]
 
 
 def _padding(
@@ -122,6 +134,23 @@ async def _side(url: str, entries: Any, padding: Any) -> Side:
     side = Side(hub)
     await side.fill(entries, padding)
     return side
+
+
+@contextlib.asynccontextmanager
+async def evaluation_pool(path: Path, padding: int = PADDING) -> AsyncIterator[tuple[Side, list[str]]]:
+    """A SQLite hub at `path` whose one project holds the evaluation set and
+    `padding` synthetic entries of its words; with the padding's common words."""
+    entries, queries = load()
+    hot = _hot(queries)
+    config = Config.from_env({}, database_url=f"sqlite:///{path}", sweep_interval=0.0, recalls_per_hour=1_000_000)
+    hub = Hub(config, clock=ManualClock(start=NOW - 3600))
+    await hub.start(background=False)
+    try:
+        side = Side(hub)
+        await side.fill(entries, _padding(entries, hot, count=padding))
+        yield side, hot
+    finally:
+        await hub.stop()
 
 
 def _hot(queries: list[Any]) -> list[str]:
