@@ -40,9 +40,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from gateway.recall.search import DEFAULT_RANKING
 from gateway.store.bm25_ranking import column_weights
@@ -179,9 +177,10 @@ class ArrayTables:
         self._executor: ThreadPoolExecutor | None = None
 
     def get(self, table: str, version: bytes, rows: int) -> ArrayTable | None:
-        """The copy of `table` at `version`, or None: then a load of its
-        current version is started, unless one is running or the table is
-        too big."""
+        """The copy of `table` at `version`, or None: then a load of that
+        version is started if the table is small enough, searches have seen
+        the version for `STABLE_FOR` seconds, no load is running, the last
+        one's `LOAD_SHARE` wait is over, and this version has not failed."""
         held = self._held.get(table)
         if held is not None and held.version == version:
             self._held.move_to_end(table)
@@ -216,16 +215,18 @@ class ArrayTables:
             return
         copy, took = done.result()
         self._resume_at = self._clock() + took * (1 / LOAD_SHARE - 1)
-        log.info("recall index %s held as arrays: %d rows, %.1f MB, read in %.0f ms",
-                 table, copy.rows, copy.nbytes / 1e6, took * 1000)
         old = self._held.pop(table, None)
         if old is not None:
             self._bytes -= old.nbytes
         if copy.nbytes > ARRAY_BYTES:
             # Too big to hold at all: not loaded again at this version (each
             # new version tries once more, within LOAD_SHARE).
+            log.info("recall index %s not held as arrays: %.1f MB, more than all copies may take",
+                     table, copy.nbytes / 1e6)
             self._failed[table] = copy.version
             return
+        log.info("recall index %s held as arrays: %d rows, %.1f MB, read in %.0f ms",
+                 table, copy.rows, copy.nbytes / 1e6, took * 1000)
         while self._held and self._bytes + copy.nbytes > ARRAY_BYTES:
             _, dropped = self._held.popitem(last=False)
             self._bytes -= dropped.nbytes

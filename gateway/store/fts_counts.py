@@ -40,9 +40,7 @@ version.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from gateway.knowledge.model import Entry
 from gateway.store.fts_arrays import ArrayTables
