@@ -173,19 +173,26 @@ async def checkpoint(hub: Hub) -> None:
         conn.close()
 
 
+async def settle_copies(hub: Hub, principal: Principal, question: str) -> None:
+    """On SQLite, a big project's index held as arrays, as a settled server
+    holds it (a server loads a version once searches have seen it for
+    STABLE_FOR seconds; in process that wait is dropped): one recall starts
+    the load, then wait for it."""
+    if not hasattr(hub.driver, "copies_loaded"):
+        return
+    from gateway.store import fts_arrays
+
+    fts_arrays.STABLE_FOR = 0.0
+    await hub.recall.recall(principal, question)
+    await hub.driver.copies_loaded()
+
+
 async def measure(hub: Hub, principal: Principal, text: Text, queries: int) -> dict[str, float]:
     questions = [text.question() for _ in range(queries)]
     project_id, now = principal.project.id, hub.clock.now()
     for question in questions[:20]:  # warm the page cache and the statement cache
         await hub.recall.recall(principal, question)
-    if hasattr(hub.driver, "copies_loaded"):
-        # A big project's index as arrays (SQLite), as a settled server holds
-        # it (in a server, once its version has been seen for STABLE_FOR s).
-        from gateway.store import fts_arrays
-
-        fts_arrays.STABLE_FOR = 0.0
-        await hub.recall.recall(principal, questions[0])
-        await hub.driver.copies_loaded()
+    await settle_copies(hub, principal, questions[0])
     search, whole, hits = [], [], []
     for question in questions:
         started = time.perf_counter()

@@ -34,7 +34,7 @@ from typing import Any, Awaitable, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.recall_latency import Text, add_trusted, checkpoint, percentile  # noqa: E402
+from bench.recall_latency import Text, add_trusted, checkpoint, percentile, settle_copies  # noqa: E402
 from bench.recall_outside import questions  # noqa: E402
 
 
@@ -67,14 +67,7 @@ async def stages(entries: int, count: int) -> dict[str, list[float]]:
         asked = questions(text, count + 20)
         for q in asked[:20]:
             await hub.recall.recall(principal, q)
-        if hasattr(hub.driver, "copies_loaded"):
-            # A big project's index as arrays, as a settled server holds it
-            # (in a server, once its version has been seen for STABLE_FOR s).
-            from gateway.store import fts_arrays
-
-            fts_arrays.STABLE_FOR = 0.0
-            await hub.recall.recall(principal, asked[0])
-            await hub.driver.copies_loaded()
+        await settle_copies(hub, principal, asked[0])
         table = SqliteFtsIndex.table(project.id)
         count_sql = f"SELECT COUNT(*) AS n FROM (SELECT rowid FROM {table} WHERE {table} MATCH ? LIMIT ?)"
         pruned = 0
