@@ -330,7 +330,7 @@ async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
         links = {"entry": entry_seqs, "recall": await transfer.recall_seqs(project.id)}
         for table_name in ("recall_results", "recall_uses", "rate_limit_marks", "audit"):
             await transfer.insert(table_name, project.id, parsed.rows[table_name], links)
-        await transfer.count_returned(project.id)
+        await q.fold_returned()  # the recall counters, where the store keeps them
         for values in parsed.entries:
             if values["state"] == "trusted":
                 await q.index.add(_indexable(values, entry_seqs[values["id"]], project.id, slug))

@@ -39,14 +39,15 @@ class Dialect:
     array_params: bool
     # The UTC day number of an epoch column; `{column}` is the column.
     utc_day_sql: str
-    # Whether each recall also bumps a per-entry count of times returned
-    # (`recall_counts`), read instead of an index on `recall_results`.  On
-    # SQLite that index's entry-major keys scatter a recall's results over
-    # many leaf pages, each written to the log at commit, while the dense
-    # counters of a group of recalls share a page or two.  PostgreSQL keeps
-    # the index: it writes a recall's record in a REPEATABLE READ
-    # transaction beside other recalls, and a counter row they all update
-    # would fail their serialization checks.
+    # Whether the store keeps a per-entry count of times returned
+    # (`recall_counts`, folded from the result rows every hundred recalls:
+    # `gateway.store.queries.recalls.FOLD_RETURNED`), read instead of an
+    # index on `recall_results`.  On SQLite that index's entry-major keys
+    # scatter a recall's results over many leaf pages, each written to the
+    # log at commit; a fold writes each counter page once per hundred
+    # recalls.  PostgreSQL keeps the index: it writes a recall's record in a
+    # REPEATABLE READ transaction beside other recalls, and a counter row
+    # they all update would fail their serialization checks.
     recall_counters: bool
     # Whether a table's new row always takes an id above every id committed
     # before it, so that the rows above an id read in a snapshot are exactly

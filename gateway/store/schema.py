@@ -324,6 +324,28 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             "WHERE delivery_key LIKE 'webhook-id:%'",
         ],
     ),
+    (
+        7,
+        [
+            # SQLite: the recall counters are folded from the result rows
+            # once every hundred recalls instead of bumped by each recall
+            # (`gateway.store.queries.recalls.FOLD_RETURNED`); this row is
+            # the last recall seq folded.  Counted afresh from the rows, as
+            # version 5 did, so a re-run (a store set back to an older
+            # version number, whose gateway counted per recall or not at
+            # all) counts nothing twice.
+            Only("sqlite", "CREATE TABLE IF NOT EXISTS recall_counts_folded "
+                           "(one INTEGER PRIMARY KEY CHECK (one = 1), up_to INTEGER NOT NULL)"),
+            Only("sqlite", "DELETE FROM recall_counts"),
+            Only(
+                "sqlite",
+                "INSERT INTO recall_counts (entry_seq, returned) "
+                "SELECT entry_seq, COUNT(*) FROM recall_results GROUP BY entry_seq",
+            ),
+            Only("sqlite", "INSERT OR REPLACE INTO recall_counts_folded (one, up_to) "
+                           "SELECT 1, COALESCE(MAX(recall_seq), 0) FROM recall_results"),
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -116,9 +116,9 @@ HUB_TABLES = ("meta", "seen_tokens", "webhook_deliveries", "jwks_refreshes", "da
 # (in the import's transaction), the optional embedding vectors (keyed by
 # the store's own entry keys; the background fill embeds every trusted entry
 # that has none) and, on a store that keeps them (SQLite), the recall
-# counters (a count per entry of the imported result rows, in the import's
-# transaction; a PostgreSQL target counts the result rows themselves).
-DERIVED_TABLES = ("entry_vectors", "recall_counts")
+# counters and their fold's mark (the imported result rows are folded in the
+# import's transaction; a PostgreSQL target counts the result rows themselves).
+DERIVED_TABLES = ("entry_vectors", "recall_counts", "recall_counts_folded")
 
 # What stands in an exported row for the integer link it replaces.
 LINKS = {"entry": "entry_seq", "recall": "recall_seq"}
@@ -187,19 +187,6 @@ class TransferQueries:
             row = await self.tx.one(f"SELECT COUNT(*) AS n FROM tokens WHERE token_hash IN ({marks})", *chunk)
             count += int(row["n"]) if row else 0
         return count
-
-    async def count_returned(self, project_id: int) -> None:
-        """Where the store keeps recall counters, those of a project just
-        imported, from its result rows (its entries are new here, so none
-        has a counter yet)."""
-        if not self.dialect.recall_counters:
-            return
-        await self.tx.run(
-            "INSERT INTO recall_counts (entry_seq, returned) "
-            "SELECT rr.entry_seq, COUNT(*) FROM recall_results rr JOIN entries e ON e.seq = rr.entry_seq "
-            "WHERE e.project_id = ? GROUP BY rr.entry_seq",
-            project_id,
-        )
 
     async def insert(self, table_name: str, project_id: int, rows: list[tuple[Any, ...]], links: dict[str, dict[str, int]]) -> None:
         """Insert exported rows (values in `TABLES` order) into a project."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from gateway.knowledge.model import Entry
 from gateway.store.queries.common import ENTRY_COLUMNS, STATE_FILTERS, QueryBase, _entry
+from gateway.store.queries.recalls import RETURNED_SINCE_FOLD
 
 
 class LearningQueries(QueryBase):
@@ -84,14 +85,15 @@ class LearningQueries(QueryBase):
 
     async def never_recalled(self, project_id: int, now: float, limit: int) -> tuple[int, list[Entry]]:
         """Trusted, unexpired entries no recall ever returned: (how many, the oldest few)."""
-        # A counter row exists once an entry was returned; without counters,
-        # the result rows are found by the index on their entry.
+        # A counter row exists once a fold counted an entry, and the rows
+        # since the last fold are few; without counters, the result rows are
+        # found by the index on their entry.
         returned = (
-            "SELECT 1 FROM recall_counts rc WHERE rc.entry_seq = e.seq"
+            f"(EXISTS (SELECT 1 FROM recall_counts rc WHERE rc.entry_seq = e.seq) OR e.seq IN ({RETURNED_SINCE_FOLD}))"
             if self.dialect.recall_counters
-            else "SELECT 1 FROM recall_results rr WHERE rr.entry_seq = e.seq"
+            else "EXISTS (SELECT 1 FROM recall_results rr WHERE rr.entry_seq = e.seq)"
         )
-        clause = f"e.project_id = ? AND {STATE_FILTERS['trusted']} AND NOT EXISTS ({returned})"
+        clause = f"e.project_id = ? AND {STATE_FILTERS['trusted']} AND NOT {returned}"
         row = await self.tx.one(f"SELECT COUNT(*) AS n FROM entries e WHERE {clause}", project_id, now)
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE {clause} "
@@ -104,11 +106,15 @@ class LearningQueries(QueryBase):
 
     async def entry_recall_stats(self, entry_seq: int) -> tuple[int, int]:
         """(times returned by a recall, times reported used) for one entry, ever."""
-        returned = await self.tx.one(
-            "SELECT returned AS n FROM recall_counts WHERE entry_seq = ?"
+        returned = await (
+            self.tx.one(
+                "SELECT COALESCE((SELECT returned FROM recall_counts WHERE entry_seq = ?), 0) "
+                f"+ (SELECT COUNT(*) FROM ({RETURNED_SINCE_FOLD}) WHERE entry_seq = ?) AS n",
+                entry_seq,
+                entry_seq,
+            )
             if self.dialect.recall_counters
-            else "SELECT COUNT(*) AS n FROM recall_results WHERE entry_seq = ?",
-            entry_seq,
+            else self.tx.one("SELECT COUNT(*) AS n FROM recall_results WHERE entry_seq = ?", entry_seq)
         )
         used = await self.tx.one("SELECT COUNT(*) AS n FROM recall_uses WHERE entry_seq = ?", entry_seq)
         return (int(returned["n"]) if returned else 0), (int(used["n"]) if used else 0)

@@ -110,7 +110,8 @@ async def _recounted(hub: Any) -> dict[int, int]:
 async def test_times_returned_match_a_recount_of_the_results(client: Any, acme: Any, hub: Any) -> None:
     """Returned again and again, by recalls of two principals, with a recall
     that returns nothing between them: each entry's figure is the number of
-    its result rows (on SQLite the kept counters hold exactly that)."""
+    its result rows (on SQLite the kept counters, once folded, hold exactly
+    that)."""
     alpha = await _trusted(client, acme, "Alpha widgets are blue")
     beta = await _trusted(client, acme, "Beta widgets are green")
     never = await _trusted(client, acme, "Gamma gadgets ship on Fridays")
@@ -127,8 +128,13 @@ async def test_times_returned_match_a_recount_of_the_results(client: Any, acme: 
     for entry_id, seq in seqs.items():
         assert (await _history(hub, acme, entry_id))[0] == recount.get(seq, 0)
     if DIALECTS[hub.driver.dialect].recall_counters:
+        # Not folded yet (a fold every hundred recalls): the figures above
+        # added the rows since; once folded the counters alone hold them.
+        await hub.driver.write(lambda q: q.fold_returned())
         rows = await hub.driver.read(lambda q: q.tx.all("SELECT entry_seq, returned FROM recall_counts"))
         assert {int(r["entry_seq"]): int(r["returned"]) for r in rows} == recount
+        for entry_id, seq in seqs.items():
+            assert (await _history(hub, acme, entry_id))[0] == recount.get(seq, 0)
     body = (await client.get("/v1/projects/acme/learning", headers=bearer(acme.owner))).json()
     assert [e["entry_id"] for e in body["never_recalled"]["entries"]] == [never]
     assert {e["entry_id"]: e["returned"] for e in body["entries"]} == {alpha: 5, beta: 3}
@@ -149,6 +155,7 @@ async def test_the_figures_ever_are_read_from_the_counters(client: Any, acme: An
     beta_seq = (await hub.knowledge.get(owner, beta)).seq
 
     async def tamper(q: Any) -> None:
+        await q.fold_returned()
         await q.tx.run("UPDATE recall_counts SET returned = 41 WHERE entry_seq = ?", alpha_seq)
         await q.tx.run("DELETE FROM recall_counts WHERE entry_seq = ?", beta_seq)
 
