@@ -147,7 +147,7 @@ class Recall:
         recall_id = ""
         stage = self.semantic
         vector: Any = None
-        candidates: list[tuple[Entry, float]] = []
+        candidates: tuple[list[tuple[int, float]], Entry | None] = ([], None)
         if stage is not None and query.strip():
             vector, candidates = await self._embed_while_searching(stage, principal, query, kind, limit, now)
 
@@ -173,7 +173,7 @@ class Recall:
 
     async def _embed_while_searching(
         self, stage: SemanticStage, principal: Principal, query: str, kind: str | None, limit: int, now: float
-    ) -> tuple[QueryVector, list[tuple[Entry, float]]]:
+    ) -> tuple[QueryVector, tuple[list[tuple[int, float]], Entry | None]]:
         """The query's vector and its nearest rows in the project's cached
         matrix (on a worker thread) and the lexical candidates (a read of the
         store, budget checked first), at the same time: the model is most of
@@ -188,9 +188,9 @@ class Recall:
 
         embedding = asyncio.ensure_future(embed()) if self._refused.get(key, 0.0) <= now else None
 
-        async def lexical(q: Queries) -> list[tuple[Entry, float]]:
+        async def lexical(q: Queries) -> tuple[list[tuple[int, float]], Entry | None]:
             await self._within_budget(q, principal, now, lock=False)
-            return await q.search(principal.project.id, query, kind, max(limit, stages.CANDIDATES), now)
+            return await q.candidates(principal.project.id, query, kind, max(limit, stages.CANDIDATES), now)
 
         try:
             candidates = await self.driver.read(lexical)

@@ -41,7 +41,7 @@ async def fused(
     q: Any,
     stage: SemanticStage,
     query: QueryVector,
-    hits: list[tuple[Entry, float]],
+    candidates: tuple[list[tuple[int, float]], Entry | None],
     project_id: int,
     text: str,
     kind: str | None,
@@ -49,12 +49,15 @@ async def fused(
     now: float,
     rule: fusion.FusionRule = fusion.DEFAULT_RULE,
 ) -> list[tuple[Entry, float]]:
-    """`hits`: the lexical stage's best `max(limit, CANDIDATES)`, read just
-    before; `query`: the query's vector, and its nearest rows when they were
-    computed with it (`SemanticStage.embed_and_rank`)."""
+    """`candidates`: the lexical stage's best `max(limit, CANDIDATES)` (seq,
+    score) and the first one's entry, read just before (`Queries.candidates`);
+    `query`: the query's vector, and its nearest rows when they were
+    computed with it (`SemanticStage.embed_and_rank`).  Only the entries
+    fusion picks are read, here, in this snapshot."""
+    hits, first = candidates
     vectors = await stage.project_vectors(q, project_id)
     if vectors is None:  # no vector yet (a new project, or the fill is still running)
-        return _calibrated(text, hits[:limit])
+        return _calibrated(text, await _live(q, hits[:limit], kind, now))
     if query.on is vectors and query.nearest is not None:
         cosine, top, similarity = query.nearest
     else:
@@ -63,21 +66,29 @@ async def fused(
         # worker thread like the model.
         cosine, top, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
     rows = vectors.row
-    for entry, _ in hits:
-        if entry.seq not in cosine and entry.seq in rows:
-            cosine[entry.seq] = float(similarity[rows[entry.seq]])
+    for seq, _ in hits:
+        if seq not in cosine and seq in rows:
+            cosine[seq] = float(similarity[rows[seq]])
     readings = fusion.read(
-        text, _text(hits[0][0]) if hits else None, [score for _, score in hits[:2]], top, vectors.df, rule
+        text, _text(first) if first is not None else None, [score for _, score in hits[:2]], top, vectors.df, rule
     )
-    ranked = fusion.fuse([(entry.seq, score) for entry, score in hits], cosine, readings, rule)
-    # The lexical candidates were read a moment ago: their state is checked
-    # again here with the others, in this snapshot.
-    found = {}
-    wanted = [seq for seq, _ in ranked[: limit * 2]]
-    if wanted:
-        found.update(await q.entries_by_seqs(wanted))
-    live = [
-        (seq, score) for seq, score in ranked
+    ranked = fusion.fuse(hits, cosine, readings, rule)
+    # Each entry's state is checked here, in this snapshot, the lexical
+    # candidates' with the others.
+    live = (await _live(q, ranked[: limit * 2], kind, now))[:limit]
+    return [(entry, score) for entry, score in _rescored(live, fusion.relevance(readings, rule))]
+
+
+async def _live(q: Any, ranked: list[tuple[int, float]], kind: str | None, now: float) -> list[tuple[Entry, float]]:
+    """The entries of `ranked` that are trusted now (and of `kind`), read in
+    this snapshot, in `ranked`'s order."""
+    found = await q.entries_by_seqs([seq for seq, _ in ranked]) if ranked else {}
+    return [
+        (found[seq], score) for seq, score in ranked
         if seq in found and found[seq].effective_state(now) == "trusted" and (kind is None or found[seq].kind == kind)
-    ][:limit]
-    return [(found[seq], score) for seq, score in fusion.scored(live, fusion.relevance(readings, rule))]
+    ]
+
+
+def _rescored(live: list[tuple[Entry, float]], relevance: float) -> list[tuple[Entry, float]]:
+    by_seq = {entry.seq: entry for entry, _ in live}
+    return [(by_seq[seq], score) for seq, score in fusion.scored([(e.seq, s) for e, s in live], relevance)]

@@ -62,6 +62,19 @@ class RecallQueries(EntryQueries):
         # is the gate's door, so the entry's own state has the last word.
         return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
 
+    async def candidates(
+        self, project_id: int, query: str, kind: str | None, limit: int, now: float
+    ) -> tuple[list[tuple[int, float]], Entry | None]:
+        """The index's best `limit` (seq, score) and the first one's entry:
+        what the fused ranking reads before it knows which entries it will
+        answer with (their entries are read then, and checked then)."""
+        hits = await self.index.search(project_id, query, kind, limit, now)
+        if not hits:
+            return [], None
+        fetch = self._recalled_entries if self.dialect.array_params else self.entries_by_seqs
+        first = (await self.index.entries(project_id, [hits[0][0]], fetch)).get(hits[0][0])
+        return hits, first
+
     async def _recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
         """`entries_by_seqs` in one statement (arrays bind, PostgreSQL): the rows, their
         supports and contradictions (each in id order, as `attach` reads
