@@ -31,10 +31,7 @@ def _calibrated(query: str, hits: list[tuple[Entry, float]]) -> list[tuple[Entry
     if not hits:
         return []
     readings = fusion.read(query, _text(hits[0][0]), [score for _, score in hits[:2]], [], {})
-    by_seq = {entry.seq: entry for entry, _ in hits}
-    ranked = fusion.scored([(entry.seq, score) for entry, score in hits], fusion.lexical_relevance(readings))
-    return [(by_seq[seq], score) for seq, score in ranked]
-
+    return _rescored(hits, fusion.lexical_relevance(readings))
 
 
 async def fused(
@@ -76,7 +73,7 @@ async def fused(
     # Each entry's state is checked here, in this snapshot, the lexical
     # candidates' with the others.
     live = (await _live(q, ranked[: limit * 2], kind, now))[:limit]
-    return [(entry, score) for entry, score in _rescored(live, fusion.relevance(readings, rule))]
+    return _rescored(live, fusion.relevance(readings, rule))
 
 
 async def _live(q: Any, ranked: list[tuple[int, float]], kind: str | None, now: float) -> list[tuple[Entry, float]]:
@@ -89,6 +86,7 @@ async def _live(q: Any, ranked: list[tuple[int, float]], kind: str | None, now: 
     ]
 
 
-def _rescored(live: list[tuple[Entry, float]], relevance: float) -> list[tuple[Entry, float]]:
-    by_seq = {entry.seq: entry for entry, _ in live}
-    return [(by_seq[seq], score) for seq, score in fusion.scored([(e.seq, s) for e, s in live], relevance)]
+def _rescored(hits: list[tuple[Entry, float]], relevance: float) -> list[tuple[Entry, float]]:
+    """`hits` with the scores `fusion.scored` gives them for `relevance`."""
+    by_seq = {entry.seq: entry for entry, _ in hits}
+    return [(by_seq[seq], score) for seq, score in fusion.scored([(e.seq, s) for e, s in hits], relevance)]

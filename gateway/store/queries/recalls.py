@@ -34,7 +34,7 @@ INSERT_RECALL = (
 # FOLD_EVERY-th recall (by seq) folds, in the unit that writes it.  Counting each
 # recall's entries as it was written put up to ten scattered pages of the
 # counters into every commit of a big project's recalls (its counters span
-# dozens of pages), a sixth of a 10k-entry recall's server time; a fold
+# dozens of pages), about an eighth of a 10k-entry recall's server time; a fold
 # writes each of those pages once per hundred recalls.  Readers add the
 # rows not folded yet (`RETURNED_SINCE_FOLD`), in the same statement.
 FOLD_EVERY = 100
@@ -55,9 +55,7 @@ class RecallQueries(EntryQueries):
         self, project_id: int, query: str, kind: str | None, limit: int, now: float
     ) -> list[tuple[Entry, float]]:
         hits = await self.index.search(project_id, query, kind, limit, now)
-        seqs = [seq for seq, _ in hits]
-        fetch = self._recalled_entries if self.dialect.array_params else self.entries_by_seqs
-        found = await self.index.entries(project_id, seqs, fetch)
+        found = await self.index.entries(project_id, [seq for seq, _ in hits], self._fetch_recalled)
         # Defence in depth: the index holds trusted entries only, but recall
         # is the gate's door, so the entry's own state has the last word.
         return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
@@ -71,9 +69,13 @@ class RecallQueries(EntryQueries):
         hits = await self.index.search(project_id, query, kind, limit, now)
         if not hits:
             return [], None
-        fetch = self._recalled_entries if self.dialect.array_params else self.entries_by_seqs
-        first = (await self.index.entries(project_id, [hits[0][0]], fetch)).get(hits[0][0])
+        first = (await self.index.entries(project_id, [hits[0][0]], self._fetch_recalled)).get(hits[0][0])
         return hits, first
+
+    async def _fetch_recalled(self, seqs: list[int]) -> dict[int, Entry]:
+        if self.dialect.array_params:
+            return await self._recalled_entries(seqs)
+        return await self.entries_by_seqs(seqs)
 
     async def _recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
         """`entries_by_seqs` in one statement (arrays bind, PostgreSQL): the rows, their
