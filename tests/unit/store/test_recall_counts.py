@@ -200,6 +200,8 @@ async def test_a_failed_recall_unit_takes_its_fold_with_it(tmp_path: Path) -> No
 
         async def failing(q: Any) -> None:
             await q.insert_recall("r100", 1, "x", "q", None, "rest", [(SimpleNamespace(seq=2), 1.0)], 2.0)
+            # The hundredth recall folded, in this unit, before it fails.
+            assert (await q.tx.one("SELECT up_to FROM recall_counts_folded"))["up_to"] == 100
             raise RuntimeError("after the fold")
 
         with pytest.raises(RuntimeError):
