@@ -99,6 +99,23 @@ def let_copies_load(pid: int, ask: Callable[[], object]) -> None:
     settle(pid)
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(idle, all) CPU ticks of the whole machine since boot, every core
+    summed (Linux's /proc/stat; (0, 0) elsewhere).  Two readings give the
+    share of the machine left idle between them: `idle_share`."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    # idle and iowait are the ticks no process used.
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+def idle_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    idle, total = after[0] - before[0], after[1] - before[1]
+    return idle / total if total > 0 else float("nan")
+
+
 def load_average() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.attest import attestation_lines, mint, prepare  # noqa: E402
-from bench.outside import Server, load_average, spread, wrk_run  # noqa: E402
+from bench.outside import Server, idle_share, load_average, machine_ticks, spread, wrk_run  # noqa: E402
 from bench.stores import backend, bench_database  # noqa: E402
 
 
@@ -90,9 +90,11 @@ def run(count: int, args: argparse.Namespace, issuer: Any, work: Path) -> dict[s
             for r in range(args.rounds):
                 lines = attestation_lines(tokens[r * args.requests:(r + 1) * args.requests])
                 shares = [lines[i::count] for i in range(count)]
+                ticks = machine_ticks()
                 with ThreadPoolExecutor(count) as pool:
                     parts = list(pool.map(lambda pair: wrk_run(pair[0].port, pair[1], max(1, args.clients // count),
                                                                server_pid=pair[0].pid), zip(servers, shares)))
+                idle = idle_share(ticks, machine_ticks())
                 done = sum(p["requests"] for p in parts)
                 seconds = max(p["requests"] / p["per_second"] for p in parts)
                 statuses: dict[int, int] = {}
@@ -100,10 +102,11 @@ def run(count: int, args: argparse.Namespace, issuer: Any, work: Path) -> dict[s
                     for code, n in part["statuses"].items():
                         statuses[code] = statuses.get(code, 0) + n
                 row = {"per_second": done / seconds, "p50_ms": statistics.median(p["p50_ms"] for p in parts),
-                       "p99_ms": max(p["p99_ms"] for p in parts), "statuses": statuses, "requests": done}
+                       "p99_ms": max(p["p99_ms"] for p in parts), "statuses": statuses, "requests": done,
+                       "idle": idle}
                 print(f"{count} process(es), round {r + 1}: {row['per_second']:.0f} attestations/s, p50 "
-                      f"{row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, statuses {statuses}; load {load_average()}",
-                      flush=True)
+                      f"{row['p50_ms']:.1f} ms, p99 {row['p99_ms']:.1f} ms, machine idle {100 * idle:.0f}%, "
+                      f"statuses {statuses}; load {load_average()}", flush=True)
                 rounds.append(row)
         store = asyncio.run(totals(db_url))
         print(f"{'':<22} store afterwards: {store}")
@@ -128,13 +131,14 @@ def main() -> int:
             rows.append(run(count, args, issuer, Path(folder)))
     base = statistics.median(r["per_second"] for r in rows[0]["rounds"])
     print(f"| store | gateway processes | attestations/s, median (min-max) of {args.rounds} | x {args.servers[0]} "
-          "process | p50 ms | p99 ms |")
-    print("|---|---:|---:|---:|---:|---:|")
+          "process | p50 ms | p99 ms | machine idle % |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for count, row in zip(args.servers, rows):
         rates = [r["per_second"] for r in row["rounds"]]
         print(f"| {backend()} | {count} | {spread(rates, '{:.0f}')} | {statistics.median(rates) / base:.2f} | "
               f"{spread([r['p50_ms'] for r in row['rounds']], '{:.1f}')} | "
-              f"{spread([r['p99_ms'] for r in row['rounds']], '{:.1f}')} |")
+              f"{spread([r['p99_ms'] for r in row['rounds']], '{:.1f}')} | "
+              f"{spread([100 * r['idle'] for r in row['rounds']], '{:.0f}')} |")
     # Each token's attestation is recorded once (one row per jti), every 201
     # has its row, and no row is there that was not sent (wrk stops reading
     # after its share, so a few last requests in flight are stored unread).
