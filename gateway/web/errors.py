@@ -8,6 +8,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Match
 
 from gateway.core.errors import GatewayError
 from gateway.web.responses import JSONResponse
@@ -54,9 +55,31 @@ async def on_gateway_error(request: Request, exc: Exception) -> Response:
 async def on_http_exception(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code, message = _HTTP_CODES.get(exc.status_code, ("error", "the request was refused"))
+    headers = dict(getattr(exc, "headers", None) or {})
     if exc.status_code == 404 and request.url.path.startswith("/mcp"):
         message = "no MCP endpoint at this path; use /mcp"
-    return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+    if exc.status_code == 405:
+        headers["Allow"] = allowed_methods(request)
+    return error_response(exc.status_code, code, message, headers=headers)
+
+
+_METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path, for a 405's `Allow`.
+
+    The router refuses with the methods of the first route whose pattern
+    fits the path, but a path may be served by several routes (GET and POST
+    of `/entries` are two), and `/entries/bulk` fits the pattern of
+    `/entries/{entry_id}` before its own route: RFC 9110 wants them all."""
+    methods: set[str] = set()
+    for route in getattr(request.app, "routes", ()):
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    methods.discard(request.method)  # a route that fully matched would have answered
+    return ", ".join(sorted(methods, key=lambda m: (_METHOD_ORDER + (m,)).index(m)))
 
 
 async def on_client_disconnect(request: Request, exc: Exception) -> Response:

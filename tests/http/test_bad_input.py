@@ -172,3 +172,34 @@ async def test_hostile_recall_queries_are_safe(client: httpx.AsyncClient, hub: A
         r = await client.get("/v1/projects/acme/recall", params={"q": q}, headers=bearer(acme.reader))
         assert r.status_code == 200, (q, r.text)
         assert isinstance(r.json()["entries"], list)
+
+
+async def test_a_method_a_path_does_not_serve_is_405_naming_every_method_it_does(
+    client: httpx.AsyncClient, acme: ProjectTokens
+) -> None:
+    """RFC 9110: a 405 lists in `Allow` the methods the path serves.  A path
+    served by two routes (GET and POST of /entries) lists both, and one that
+    also fits another route's pattern (/entries/bulk fits
+    /entries/{entry_id}, whose GET answers 404 for it) lists those too: the
+    router's first fitting route alone named GET only, or POST only."""
+    import re
+
+    documented = (await client.get("/openapi.json")).json()["paths"]
+    values = {"project": "acme", "entry_id": "kn_x", "proposal_id": "pr_x", "thread_id": "t1", "source": "ci"}
+    patterns = {t: re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", t) + "$") for t in documented}
+    checked = 0
+    for template in documented:
+        if not template.startswith("/v1/"):
+            continue
+        path = template.format(**values)
+        served = {m.upper() for t, p in patterns.items() if p.match(path) for m in documented[t]}
+        served |= {"HEAD"} if "GET" in served else set()
+        for method in ("DELETE", "PUT", "PATCH", "POST"):
+            if method in served:
+                continue
+            r = await client.request(method, path, headers=bearer(acme.owner))
+            assert r.status_code == 405, (method, path, r.status_code)
+            assert r.json()["error"]["code"] == "method_not_allowed"
+            assert set(r.headers["allow"].split(", ")) == served, (method, path, r.headers["allow"])
+            checked += 1
+    assert checked > 40
