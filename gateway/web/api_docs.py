@@ -116,10 +116,11 @@ def notes_text(schema: S) -> str:
         notes.append(f"{above} {minimum:g}" + (f", at most {maximum:g}" if maximum is not None else ""))
     elif maximum is not None:
         notes.append(f"at most {maximum:g}")
-    if "pattern" in schema:
-        notes.append(f"matches {schema['pattern']}")
     if schema.get("description"):
+        # A description says in words what a pattern beside it says in a regex.
         notes.append(str(schema["description"]))
+    elif "pattern" in schema:
+        notes.append(f"matches {schema['pattern']}")
     return "; ".join(notes)
 
 
@@ -128,6 +129,8 @@ def fields_of(document: S, schema: S | None, prefix: str = "", depth: int = 0) -
     if not schema:
         return []
     schema = _resolve(document, schema)
+    if isinstance(schema.get("oneOf"), list):
+        return _alternatives(document, [_resolve(document, alt) for alt in schema["oneOf"]], prefix, depth)
     properties = schema.get("properties")
     if not isinstance(properties, dict):
         return []
@@ -142,6 +145,35 @@ def fields_of(document: S, schema: S | None, prefix: str = "", depth: int = 0) -
             elif sub.get("type") == "array" and isinstance(sub.get("items"), dict):
                 rows.extend(fields_of(document, sub["items"], f"{prefix}{name}[].", depth + 1))
     return rows
+
+
+def _alternatives(document: S, shapes: list[S], prefix: str, depth: int) -> list[Field]:
+    """The fields of a `oneOf` of object schemas told apart by an enum (the
+    bulk body: `reason` is required when `action` is refute): each field
+    once, an enum's values from every shape, and a field some shapes require
+    and others do not noted with when it is required."""
+    rows: dict[str, Field] = {}
+    required_in: dict[str, list[S]] = {}
+    for shape in shapes:
+        for row in fields_of(document, shape, prefix, depth):
+            rows.setdefault(row.name, row)
+        for name in shape.get("required", []):
+            required_in.setdefault(prefix + name, []).append(shape)
+    enums = {name: [v for shape in shapes for v in shape.get("properties", {}).get(name, {}).get("enum", [])]
+             for name in shapes[0].get("properties", {}) if all("enum" in sh.get("properties", {}).get(name, {}) for sh in shapes)}
+    for name, values in enums.items():
+        sub = {**shapes[0]["properties"][name], "enum": values}
+        rows[prefix + name] = Field(prefix + name, type_text(sub), True, notes_text(sub))
+    for name, row in rows.items():
+        holders = required_in.get(name, [])
+        if 0 < len(holders) < len(shapes) and enums:
+            key = next(iter(enums))
+            when = ", ".join(str(v) for shape in holders for v in shape["properties"][key]["enum"])
+            note = f"required when {key} is {when}"
+            rows[name] = Field(row.name, row.type, False, f"{note}; {row.notes}" if row.notes else note)
+        elif len(holders) == len(shapes):
+            rows[name] = Field(row.name, row.type, True, row.notes)
+    return list(rows.values())
 
 
 def _anchor(method: str, path: str) -> str:

@@ -16,6 +16,8 @@ from gateway.knowledge.inputs import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX
 from gateway.recall.learning import MAX_DAYS
 from gateway.knowledge.proposals import PROPOSAL_STATES
 from gateway.knowledge.service import BULK_ACTIONS, MAX_BULK
+from gateway.knowledge.threads import MAX_AUTHOR, MAX_TEXT, MAX_THREAD_ID
+from gateway.ci.intake import MAX_CHECK, MAX_RUN_URL
 from gateway.recall.service import MAX_LIMIT as MAX_RECALL
 from gateway.recall.search import MAX_QUERY_CHARS
 from gateway.knowledge.trust import CREATED_VIA, KINDS, STATES
@@ -31,6 +33,17 @@ def _obj(required: list[str], props: S, *, additional: bool = False) -> S:
 
 
 STRING = {"type": "string"}
+SLUG = "^[a-z0-9][a-z0-9-]{0,62}$"
+
+
+def text(limit: int) -> S:
+    """A free-text field as the API checks it: something other than
+    whitespace (Python's: \\x1c-\\x1f and \\x85 are whitespace there), no NUL
+    character, at most `limit` characters."""
+    return {"type": "string", "minLength": 1, "maxLength": limit, "description": "not blank, no NUL character",
+            "pattern": "^[^\\u0000]*[^\\s\\u0000\\u001c-\\u001f\\u0085][^\\u0000]*$"}
+
+
 TIME = {"type": "string", "format": "date-time"}
 NULLABLE_TIME = {"type": "string", "format": "date-time", "nullable": True}
 
@@ -68,39 +81,48 @@ LEARN = _obj(
     ["kind", "statement"],
     {
         "kind": {"type": "string", "enum": list(KINDS)},
-        "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT},
-        "evidence": {"type": "string", "maxLength": MAX_EVIDENCE, "nullable": True},
+        "statement": text(MAX_STATEMENT),
+        "evidence": {**text(MAX_EVIDENCE), "nullable": True},
         "ttl_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": int(MAX_TTL_DAYS), "nullable": True},
-        "expires_at": {"type": "string", "format": "date-time", "nullable": True},
+        "expires_at": {"type": "string", "format": "date-time", "nullable": True, "description": "in the future"},
     },
 )
-EVENT = _obj(["type", "detail"], {"type": {"type": "string", "minLength": 1, "maxLength": MAX_EVENT_TYPE}, "detail": {"type": "object"}})
-REASON = _obj(["reason"], {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE}})
-OPTIONAL_REASON = _obj([], {"reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE}})
-EXPIRY = _obj(
-    [],
-    {
-        "ttl_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": int(MAX_TTL_DAYS)},
-        "expires_at": {"type": "string", "format": "date-time", "nullable": True},
-    },
-)
+EVENT = _obj(["type", "detail"], {"type": text(MAX_EVENT_TYPE), "detail": {"type": "object"}})
+REASON = _obj(["reason"], {"reason": text(MAX_EVIDENCE)})
+OPTIONAL_REASON = _obj([], {"reason": text(MAX_EVIDENCE)})
+# Exactly one of the two: ttl_days, or expires_at (null clears the expiry).
+EXPIRY = {
+    **_obj(
+        [],
+        {
+            "ttl_days": {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": int(MAX_TTL_DAYS)},
+            "expires_at": {"type": "string", "format": "date-time", "nullable": True,
+                           "description": "in the future; null clears the expiry"},
+        },
+    ),
+    "minProperties": 1,
+    "maxProperties": 1,
+}
 CORRECTION = _obj(
     ["statement"],
     {
-        "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT},
+        "statement": text(MAX_STATEMENT),
         "kind": {"type": "string", "enum": list(KINDS)},
-        "evidence": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE},
-        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE},
+        "evidence": text(MAX_EVIDENCE),
+        "reason": text(MAX_EVIDENCE),
     },
 )
-BULK = _obj(
-    ["action", "entry_ids"],
-    {
-        "action": {"type": "string", "enum": list(BULK_ACTIONS)},
-        "entry_ids": {"type": "array", "minItems": 1, "maxItems": MAX_BULK, "items": {"type": "string", "minLength": 1, "maxLength": 100}},
-        "reason": {"type": "string", "minLength": 1, "maxLength": MAX_EVIDENCE},
-    },
-)
+_ENTRY_IDS = {"type": "array", "minItems": 1, "maxItems": MAX_BULK, "items": {"type": "string", "minLength": 1, "maxLength": 100}}
+# A refute needs its reason (it is what the entry's contradiction says); confirm and retire may carry one.
+BULK = {
+    "oneOf": [
+        _obj(["action", "entry_ids", "reason"],
+             {"action": {"type": "string", "enum": ["refute"]}, "entry_ids": _ENTRY_IDS, "reason": text(MAX_EVIDENCE)}),
+        _obj(["action", "entry_ids"],
+             {"action": {"type": "string", "enum": [a for a in BULK_ACTIONS if a != "refute"]}, "entry_ids": _ENTRY_IDS,
+              "reason": text(MAX_EVIDENCE)}),
+    ]
+}
 BULK_RESULT = _obj(
     ["action", "moved", "refused", "results"],
     {
@@ -112,7 +134,7 @@ BULK_RESULT = _obj(
 )
 RECALL_USED = _obj(["recall_id", "entry_id"], {"recall_id": STRING, "entry_id": STRING})
 # The ranges come from the one table PATCH settings is checked against.
-SETTINGS = _obj(
+SETTINGS_SCHEMA = _obj(
     [],
     {
         name: {
@@ -124,34 +146,41 @@ SETTINGS = _obj(
         for name, (kind, minimum, maximum, _) in SETTING_RULES.items()
     },
 )
-MESSAGE = _obj(["author", "text"], {"author": {"type": "string", "minLength": 1}, "text": {"type": "string", "minLength": 1}})
+SETTINGS = {**SETTINGS_SCHEMA, "required": list(SETTING_RULES)}
+SETTINGS_CHANGE = {**SETTINGS_SCHEMA, "minProperties": 1}  # PATCH: at least one setting
+MESSAGE = _obj(["author", "text"], {"author": text(MAX_AUTHOR), "text": text(MAX_TEXT)})
 PROPOSAL = _obj(
     ["kind", "statement", "rationale"],
-    {"kind": {"type": "string", "enum": list(KINDS)}, "statement": {"type": "string", "minLength": 1, "maxLength": MAX_STATEMENT}, "rationale": STRING},
+    {"kind": {"type": "string", "enum": list(KINDS)}, "statement": text(MAX_STATEMENT), "rationale": text(MAX_EVIDENCE)},
 )
 ATTESTATION = _obj(
     ["check", "outcome"],
     {
-        "check": {"type": "string", "minLength": 1, "maxLength": 200},
+        "check": {"type": "string", "minLength": 1, "maxLength": MAX_CHECK, "description": "printable characters"},
         "outcome": {"type": "string", "enum": ["success", "failure", "cancelled", "skipped"]},
-        "project": STRING,
-        "run_url": STRING,
+        "project": {"type": "string", "pattern": SLUG},
+        "run_url": {"type": "string", "maxLength": MAX_RUN_URL, "pattern": "^https?://"},
     },
 )
 
-PROJECT = {"name": "project", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}}
+PROJECT = {"name": "project", "in": "path", "required": True, "schema": {"type": "string", "pattern": SLUG}}
+# Not blank, no control character.
+THREAD_ID = {"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID, "description": "not blank, no control character",
+             "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f\\u0085][^\\u0000-\\u001f\\u007f]*$"}
 
 
-def _path(name: str) -> S:
-    return {"name": name, "in": "path", "required": True, "schema": STRING}
+def _path(name: str, schema: S = STRING) -> S:
+    return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
 def _query(name: str, schema: S) -> S:
-    return {"name": name, "in": "query", "required": False, "schema": schema}
+    # Every optional query parameter reads an empty value as no value
+    # (`?kind=&limit=` is a recall of every kind, 10 entries).
+    return {"name": name, "in": "query", "required": False, "allowEmptyValue": True, "schema": schema}
 
 
 LIMIT = lambda maximum: _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})  # noqa: E731
-CURSOR = _query("cursor", STRING)
+CURSOR = _query("cursor", {"type": "string", "description": "opaque: the next_cursor of the page before (any other value is 422 invalid_cursor)"})
 
 # method, path, level, summary, body schema (or "markdown"), extra params, success status, success schema
 OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
@@ -187,9 +216,9 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("get", "/v1/projects/{project}/playbook", "read", "The base playbook", None, [], 200, None),
     ("put", "/v1/projects/{project}/playbook", "owner", "Replace the base playbook", "markdown", [], 200, None),
     ("get", "/v1/projects/{project}/settings", "owner", "Project settings", None, [], 200, SETTINGS),
-    ("patch", "/v1/projects/{project}/settings", "owner", "Change project settings", SETTINGS, [], 200, SETTINGS),
+    ("patch", "/v1/projects/{project}/settings", "owner", "Change project settings", SETTINGS_CHANGE, [], 200, SETTINGS),
     ("post", "/v1/projects/{project}/threads/{thread_id}/messages", "write", "Post a thread message; durable statements become candidates",
-     MESSAGE, [_path("thread_id")], 201, _obj(["message_id", "candidates"], {"message_id": STRING, "candidates": {"type": "array", "items": STRING}, "duplicates": {"type": "array", "items": STRING}})),
+     MESSAGE, [_path("thread_id", THREAD_ID)], 201, _obj(["message_id", "candidates"], {"message_id": STRING, "candidates": {"type": "array", "items": STRING}, "duplicates": {"type": "array", "items": STRING}})),
     ("post", "/v1/projects/{project}/proposals", "write", "Propose a reflection", PROPOSAL, [], 201, {"type": "object"}),
     ("get", "/v1/projects/{project}/proposals", "owner", "List proposals", None,
      [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), LIMIT(MAX_PAGE), CURSOR], 200, {"type": "object"}),
@@ -227,10 +256,21 @@ def spec() -> S:
         if schema is not None:
             op["responses"][str(status)]["content"] = {"application/json": {"schema": schema}}
         if body == "markdown":
-            op["requestBody"] = {"required": True, "content": {"text/markdown": {"schema": {"type": "string", "maxLength": 60000}}}}
+            op["requestBody"] = {
+                "required": False,
+                "description": "UTF-8 text, whatever the Content-Type says; an empty body clears the base playbook",
+                "content": {"text/markdown": {"schema": {"type": "string", "maxLength": 60000, "pattern": "^[^\\u0000]*$",
+                                                         "description": "no NUL character"}}},
+            }
         elif body is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}
         paths.setdefault(path, {})[method] = op
+    # Learning a statement that is already there writes nothing and answers
+    # the existing entry with 200 and duplicate: true.
+    paths["/v1/projects/{project}/entries"]["post"]["responses"]["200"] = {
+        "description": "a duplicate: the existing entry, with duplicate true",
+        "content": {"application/json": {"schema": ENTRY}},
+    }
     for method, path, summary, body, status in CI_OPERATIONS:
         op = {
             "summary": summary,

@@ -87,6 +87,12 @@ async def test_docs_says_what_each_field_accepts(client: httpx.AsyncClient) -> N
     recall = html[html.index('data-operation="GET /v1/projects/{project}/recall"'):]
     assert "from 1 to 50" in recall[: recall.index("</article>")]
     assert "error.code" in html and "matches ^[a-z0-9_]+$" in html
+    # A body of alternatives (oneOf) reads as one table: every field once,
+    # and when the one that only some alternatives need is required.
+    bulk = html[html.index('data-operation="POST /v1/projects/{project}/entries/bulk"'):]
+    bulk = bulk[: bulk.index("</article>")]
+    for needle in ("entry_ids", "one of refute, confirm, retire", "required when action is refute", "not blank, no NUL character"):
+        assert needle in bulk, needle
 
 
 async def test_dashboard_nav_links_to_docs_and_docs_keeps_the_session(client: httpx.AsyncClient, acme: ProjectTokens) -> None:
