@@ -166,13 +166,14 @@ def _alternatives(document: S, shapes: list[S], prefix: str, depth: int) -> list
         rows[prefix + name] = Field(prefix + name, type_text(sub), True, notes_text(sub))
     for name, row in rows.items():
         holders = required_in.get(name, [])
-        if 0 < len(holders) < len(shapes) and enums:
-            key = next(iter(enums))
-            when = ", ".join(str(v) for shape in holders for v in shape["properties"][key]["enum"])
-            note = f"required when {key} is {when}"
-            rows[name] = Field(row.name, row.type, False, f"{note}; {row.notes}" if row.notes else note)
-        elif len(holders) == len(shapes):
-            rows[name] = Field(row.name, row.type, True, row.notes)
+        required = len(holders) == len(shapes)
+        notes = row.notes
+        if holders and not required:
+            key = next(iter(enums), None)
+            when = ", ".join(str(v) for shape in holders for v in shape["properties"][key]["enum"]) if key else ""
+            note = f"required when {key} is {when}" if key else "required in some forms of the body"
+            notes = f"{note}; {notes}" if notes else note
+        rows[name] = Field(row.name, row.type, required, notes)
     return list(rows.values())
 
 
