@@ -161,9 +161,9 @@ def _alternatives(document: S, shapes: list[S], prefix: str, depth: int) -> list
             required_in.setdefault(prefix + name, []).append(shape)
     enums = {name: [v for shape in shapes for v in shape.get("properties", {}).get(name, {}).get("enum", [])]
              for name in shapes[0].get("properties", {}) if all("enum" in sh.get("properties", {}).get(name, {}) for sh in shapes)}
-    for name, values in enums.items():
+    for name, values in enums.items():  # whether it is required is decided below, with the others
         sub = {**shapes[0]["properties"][name], "enum": values}
-        rows[prefix + name] = Field(prefix + name, type_text(sub), True, notes_text(sub))
+        rows[prefix + name] = Field(prefix + name, type_text(sub), False, notes_text(sub))
     for name, row in rows.items():
         holders = required_in.get(name, [])
         required = len(holders) == len(shapes)

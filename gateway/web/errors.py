@@ -79,7 +79,8 @@ def allowed_methods(request: Request) -> str:
         if match is not Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
     methods.discard(request.method)  # a route that fully matched would have answered
-    return ", ".join(sorted(methods, key=lambda m: (m not in _METHOD_ORDER, _METHOD_ORDER.index(m) if m in _METHOD_ORDER else 0, m)))
+    rank = {method: i for i, method in enumerate(_METHOD_ORDER)}
+    return ", ".join(sorted(methods, key=lambda m: (rank.get(m, len(rank)), m)))
 
 
 async def on_client_disconnect(request: Request, exc: Exception) -> Response:

@@ -3,6 +3,7 @@ never a 500, and nothing changed in the store."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -182,8 +183,6 @@ async def test_a_method_a_path_does_not_serve_is_405_naming_every_method_it_does
     also fits another route's pattern (/entries/bulk fits
     /entries/{entry_id}, whose GET answers 404 for it) lists those too: the
     router's first fitting route alone named GET only, or POST only."""
-    import re
-
     documented = (await client.get("/openapi.json")).json()["paths"]
     values = {"project": "acme", "entry_id": "kn_x", "proposal_id": "pr_x", "thread_id": "t1", "source": "ci"}
     patterns = {t: re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", t) + "$") for t in documented}
