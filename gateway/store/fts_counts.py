@@ -35,7 +35,11 @@ a trusted entry changes with its index row: a promotion adds the row, a
 demotion, retirement or expiry removes it, and the two changes that leave
 the indexed text as it was (a new expiry, a new support) write the row
 again (`SqliteFtsIndex.rewrite`), so a kept entry is never staler than its
-version.
+version.  A small table's entries are kept as the very objects recall
+returned (their answers' JSON is kept with them, `Entry.to_json`); a big
+table's, whose recalls return ever new entries, are kept packed
+(`gateway.store.packed_entries`: the garbage collector does not walk them)
+and unpacked afresh for each recall.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from gateway.knowledge.model import Entry
 from gateway.store.fts_arrays import ArrayTables
 from gateway.store.fts_memory import HELD_INSTANCES, HeldTable, Stems, load
+from gateway.store.packed_entries import Packed, pack, packed_size, unpack
 
 if TYPE_CHECKING:
     from gateway.store.bm25_arrays import ArrayTable
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
 MAX_TABLES = 256
 MAX_PHRASES_PER_TABLE = 50_000
 MAX_KEPT_ENTRIES = 5_000  # over all tables of a process: a few kB each, so at most some 15 MB
+MAX_PACKED_BYTES = 16 << 20  # big tables' entries, packed, over all tables (`packed_entries.packed_size`)
 
 Key = tuple[str | None, str, bool]  # (kind filter, phrase text, prefix)
 
@@ -65,6 +71,8 @@ class TableCounts:
         self.phrases: dict[Key, int] = {}
         self.held: HeldTable | None = None
         self.entries: dict[int, Entry] = {}  # by seq: the entries recall returned from this version
+        self.packed: dict[int, Packed] = {}  # the same, of a big table, packed
+        self.packed_bytes = 0  # what `packed` holds (`packed_size`)
 
     async def counts(self, keys: list[Key], count: Callable[[Key], Awaitable[int]]) -> dict[Key, int]:
         """Each key's count, `count`ed only if not counted before."""
@@ -89,6 +97,7 @@ class PhraseCounts:
         self.array_tables = ArrayTables(path)  # `path`: the database file, for the loads' own connections
         self._held_instances = 0  # token instances of the held tables, all together
         self._kept_entries = 0  # entries kept by all tables together
+        self._packed_bytes = 0  # what the entries kept packed by all tables hold together
 
     async def table(self, tx: Any, table: str) -> TableCounts:
         """The table's counts, started afresh if the index changed since."""
@@ -100,9 +109,11 @@ class PhraseCounts:
                 self._held_instances -= known.held.instances
             if known is not None:
                 self._kept_entries -= len(known.entries)
+                self._packed_bytes -= known.packed_bytes
             if len(self._tables) >= MAX_TABLES:
                 self._drop_held()
                 self._drop_entries()
+                self._drop_packed()
                 self._tables.clear()
             known = TableCounts(version)
             size = await tx.one(f"SELECT COUNT(*) AS n FROM {table}_docsize")
@@ -130,11 +141,15 @@ class PhraseCounts:
         await self.array_tables.close()
 
     async def entries(
-        self, known: TableCounts, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]
+        self, known: TableCounts, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]],
+        *, packed: bool = False,
     ) -> dict[int, Entry]:
         """The entries of `seqs` that `known`'s version holds: kept ones as
         they are, the others `fetch`ed (in the snapshot `known` was read in)
-        and kept.  Callers read them, never change them."""
+        and kept.  Callers read them, never change them.  `packed`: kept
+        packed instead, each recall given fresh objects (a big table)."""
+        if packed:
+            return await self._packed(known, seqs, fetch)
         kept = known.entries
         found = {seq: kept[seq] for seq in seqs if seq in kept}
         missing = [seq for seq in seqs if seq not in kept]
@@ -147,6 +162,24 @@ class PhraseCounts:
             self._kept_entries += len(fetched)
         return found
 
+    async def _packed(
+        self, known: TableCounts, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]
+    ) -> dict[int, Entry]:
+        kept = known.packed
+        found = {seq: unpack(kept[seq]) for seq in seqs if seq in kept}
+        missing = [seq for seq in seqs if seq not in kept]
+        if missing:
+            fetched = await fetch(missing)
+            found.update(fetched)
+            packed = {seq: pack(entry) for seq, entry in fetched.items()}
+            added = sum(packed_size(p) for p in packed.values())
+            if self._packed_bytes + added > MAX_PACKED_BYTES:
+                self._drop_packed()
+            known.packed.update(packed)
+            known.packed_bytes += added
+            self._packed_bytes += added
+        return found
+
     def _drop_held(self) -> None:
         for known in self._tables.values():
             known.held = None
@@ -156,3 +189,9 @@ class PhraseCounts:
         for known in self._tables.values():
             known.entries = {}
         self._kept_entries = 0
+
+    def _drop_packed(self) -> None:
+        for known in self._tables.values():
+            known.packed = {}
+            known.packed_bytes = 0
+        self._packed_bytes = 0

@@ -186,18 +186,18 @@ class SqliteFtsIndex:
         self, project_id: int, seqs: list[int], fetch: Callable[[list[int]], Awaitable[dict[int, Entry]]]
     ) -> dict[int, Entry]:
         """The entries a search of this snapshot found (`fetch` reads them):
-        on a reader, for a project small enough to be held, kept with the
-        version of the project's index that the search read, so a
-        question's answers are not read again until the index changes.  A
-        bigger project's answers are read each time: its recalls return
-        ever new entries, and keeping them all made the garbage collector
-        walk thousands of new objects at every pass (a 10k-entry project's
-        p99 rose by milliseconds)."""
+        on a reader, kept with the version of the project's index that the
+        search read, so a question's answers are not read again until the
+        index changes.  A bigger project's are kept packed
+        (`gateway.store.packed_entries`): its recalls return ever new
+        entries, and keeping them all as objects made the garbage collector
+        walk thousands of them at every pass (a 10k-entry project's p99 rose
+        by milliseconds)."""
         known = self._read.get(project_id)
         cache: PhraseCounts | None = getattr(self.tx, "phrase_counts", None)
-        if known is None or cache is None or known.rows > HELD_ROWS:
+        if known is None or cache is None:
             return await fetch(seqs)
-        return await cache.entries(known, seqs, fetch)
+        return await cache.entries(known, seqs, fetch, packed=known.rows > HELD_ROWS)
 
     @staticmethod
     def _held_ranking(

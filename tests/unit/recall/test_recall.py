@@ -424,25 +424,74 @@ async def test_what_recall_shows_of_an_entry_follows_it_while_it_stays_trusted(
     assert (await shown()).expires_at == now + 86400.0
     if backend == "sqlite":
         assert len(fetched) == 3  # read again after each change, and only then
-        # A project too big to be held has its answers read every time
-        # (keeping ever new entries made the garbage collector walk them).
-        from gateway.store import search_index
-
-        monkeypatch.setattr(search_index, "HELD_ROWS", 0)
-        await shown()
-        await shown()
-        assert len(fetched) == 5
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_answers_kept_past_the_bound_are_all_still_returned(
+async def test_a_big_projects_answers_are_kept_packed_and_follow_the_entry(
     hub: Hub, acme: ProjectTokens, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When the kept entries pass their process-wide bound they are dropped,
-    and a recall that had some of its answers kept still returns them all."""
-    from gateway.store import fts_counts
+    """A project too big to be held keeps its answers packed
+    (gateway.store.packed_entries): the same question asked again reads none
+    of them and gets fresh objects equal to the first, and a new support or
+    expiry is in the very next answer."""
+    from gateway.knowledge.model import Support
+    from gateway.store import search_index
+    from gateway.store.queries import Queries
 
-    monkeypatch.setattr(fts_counts, "MAX_KEPT_ENTRIES", 2)
+    monkeypatch.setattr(search_index, "HELD_ROWS", 0)
+    ids = await _trusted(hub, "acme", [("fact", "Nightly builds publish to the staging bucket.")])
+    entry_id = ids["Nightly builds publish to the staging bucket."]
+    reader = await _reader(hub, acme.reader)
+    fetched: list[list[int]] = []
+    fetch = Queries.entries_by_seqs
+
+    async def counted(self: Queries, seqs: list[int]) -> Any:
+        fetched.append(list(seqs))
+        return await fetch(self, seqs)
+
+    monkeypatch.setattr(Queries, "entries_by_seqs", counted)
+
+    async def shown() -> Any:
+        _, results = await hub.recall.recall(reader, "where do nightly builds publish")
+        assert [e.id for e, _ in results] == [entry_id]
+        return results[0][0]
+
+    first = await shown()
+    again = await shown()
+    assert len(fetched) == 1, "the second recall read its entry again"
+    assert again == first and again is not first
+    first.supports.append(Support(issuer="forged", source="x", attestation_id=None, at=0.0))
+    assert (await shown()).supports == [], "a caller's change reached the kept entry"
+    project = await hub.accounts.project("acme")
+    now = hub.clock.now()
+    support = Support(issuer="oidc:ci.example.com:acme", source="nightly", attestation_id="at_1", at=now)
+    outcome = await hub.driver.write(lambda q: hub.knowledge.apply_support(q, project, entry_id, support, now))
+    assert outcome is not None and not outcome.duplicate
+    assert [s.issuer for s in (await shown()).supports] == ["oidc:ci.example.com:acme"]
+    owner = await hub.accounts.authenticate(acme.owner)
+    await hub.knowledge.set_expiry(owner, entry_id, expires_at=now + 86400.0)
+    assert (await shown()).expires_at == now + 86400.0
+    await shown()
+    assert len(fetched) == 3  # read again after each change, and only then
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["held", "packed"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_answers_kept_past_the_bound_are_all_still_returned(
+    hub: Hub, acme: ProjectTokens, monkeypatch: pytest.MonkeyPatch, big: bool
+) -> None:
+    """When the kept entries (a big project's: packed) pass their
+    process-wide bound they are dropped, and a recall that had some of its
+    answers kept still returns them all."""
+    from gateway.store import fts_counts, search_index
+
+    if big:
+        monkeypatch.setattr(search_index, "HELD_ROWS", 0)
+    if big:
+        monkeypatch.setattr(fts_counts, "packed_size", lambda packed: 1)
+        monkeypatch.setattr(fts_counts, "MAX_PACKED_BYTES", 2)
+    else:
+        monkeypatch.setattr(fts_counts, "MAX_KEPT_ENTRIES", 2)
     ids = await _trusted(hub, "acme", [("fact", f"Nightly job {n} uploads the coverage report.") for n in range(3)])
     reader = await _reader(hub, acme.reader)
     _, first = await hub.recall.recall(reader, "which nightly job uploads the coverage report", None, 2)
