@@ -194,14 +194,19 @@ def attestation_lines(tokens: list[str], offset: int = 0) -> list[str]:
 
 @contextlib.contextmanager
 def profiled(pid: int, path: str | None) -> Iterator[None]:
-    """py-spy (PyPI) sampling the server while the rounds run, if asked."""
+    """py-spy (PyPI) sampling the server while the rounds run, if asked.
+    Without pausing the server (`--nonblocking`), so the figures stay near
+    an unprofiled run's, but then some stacks are read half-way and cut
+    short; SPY_BLOCKING=1 pauses it for each sample: whole stacks, a slower
+    server."""
     if not path:
         yield
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     fmt = "speedscope" if path.endswith(".json") else ("flamegraph" if path.endswith(".svg") else "raw")
+    pausing = [] if os.environ.get("SPY_BLOCKING") else ["--nonblocking"]
     recorder = subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", "--format", fmt,
-                                 "--output", path, "--nonblocking"], stdout=subprocess.DEVNULL)
+                                 "--output", path, *pausing], stdout=subprocess.DEVNULL)
     time.sleep(1)
     try:
         yield
