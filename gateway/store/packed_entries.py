@@ -6,8 +6,9 @@ collector walk tens of thousands of objects at every full pass: a
 10k-entry project's p99 rose by milliseconds.  A tuple that holds only
 strings, numbers, None and such tuples is left out of the collector's
 walks once it has been seen (CPython untracks it, one level of tuples a
-pass), so a packed entry is walked a few times at most, and unpacking ten of them costs a recall a few
-microseconds where reading them again (three statements) cost some sixty.
+pass), so a packed entry is walked a few times at most, and unpacking ten
+of them costs a recall a few microseconds where reading them again (three
+statements) cost some sixty.
 
 The JSON values an entry carries (its provenance, a contradiction's
 detail) are packed as their JSON text, with the standard library's `json`
@@ -23,7 +24,9 @@ from typing import Any
 from gateway.knowledge.model import ContradictionRecord, Entry, Support
 
 Packed = tuple[Any, ...]
-OVERHEAD = 900  # bytes of a packed entry besides its texts (its tuple, ids, numbers: measured, sys.getsizeof)
+# What a packed entry holds besides its texts, in bytes (sys.getsizeof of
+# the tuples, strings and numbers of a measured one): for the bound on them.
+OVERHEAD = 900
 PER_SUPPORT = 300
 
 
@@ -48,8 +51,9 @@ def pack(entry: Entry) -> Packed:
 def packed_size(packed: Packed) -> int:
     """About the bytes `packed` holds (its texts as characters, the rest as
     `OVERHEAD`): what a bound on kept entries counts."""
-    texts = (packed[5], packed[6], packed[14], *(c[1] for c in packed[16]))
-    return OVERHEAD + sum(len(t) for t in texts if t is not None) + PER_SUPPORT * len(packed[15])
+    (_, _, _, _, _, statement, evidence, _, _, _, _, _, _, _, provenance, supports, contradictions) = packed
+    texts = (statement, evidence, provenance, *(detail for _, detail, _, _ in contradictions))
+    return OVERHEAD + sum(len(t) for t in texts if t is not None) + PER_SUPPORT * len(supports)
 
 
 def unpack(packed: Packed) -> Entry:

@@ -62,3 +62,23 @@ def test_the_collector_stops_walking_a_packed_entry() -> None:
         gc.collect()
     assert not gc.is_tracked(packed)
     assert all(not gc.is_tracked(part) for part in packed if isinstance(part, tuple))
+
+
+def _held_bytes(value: object) -> int:
+    import sys
+
+    size = sys.getsizeof(value)
+    if isinstance(value, tuple):
+        size += sum(_held_bytes(part) for part in value)
+    return size
+
+
+def test_the_size_a_bound_counts_is_about_what_a_packed_entry_holds() -> None:
+    from gateway.store.packed_entries import packed_size
+
+    short = _entry(provenance=None, evidence=None, statement="Run make lint first.")
+    short.supports.clear()
+    short.contradictions.clear()
+    for entry in (short, _entry(), _entry(statement="s" * 2000, evidence="e" * 8000)):
+        packed = pack(entry)
+        assert 0.5 <= packed_size(packed) / _held_bytes(packed) <= 1.5
