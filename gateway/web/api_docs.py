@@ -159,8 +159,12 @@ def _alternatives(document: S, shapes: list[S], prefix: str, depth: int) -> list
             rows.setdefault(row.name, row)
         for name in shape.get("required", []):
             required_in.setdefault(prefix + name, []).append(shape)
-    enums = {name: [v for shape in shapes for v in shape.get("properties", {}).get(name, {}).get("enum", [])]
-             for name in shapes[0].get("properties", {}) if all("enum" in sh.get("properties", {}).get(name, {}) for sh in shapes)}
+    # The fields every shape gives an enum tell the shapes apart: their values merged.
+    enums: dict[str, list[Any]] = {}
+    for name in shapes[0].get("properties", {}):
+        per_shape = [shape.get("properties", {}).get(name, {}) for shape in shapes]
+        if all("enum" in prop for prop in per_shape):
+            enums[name] = [value for prop in per_shape for value in prop["enum"]]
     for name, values in enums.items():  # whether it is required is decided below, with the others
         sub = {**shapes[0]["properties"][name], "enum": values}
         rows[prefix + name] = Field(prefix + name, type_text(sub), False, notes_text(sub))

@@ -9,6 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match
+from starlette.staticfiles import StaticFiles
 
 from gateway.core.errors import GatewayError
 from gateway.web.responses import JSONResponse
@@ -59,7 +60,9 @@ async def on_http_exception(request: Request, exc: Exception) -> Response:
     if exc.status_code == 404 and request.url.path.startswith("/mcp"):
         message = "no MCP endpoint at this path; use /mcp"
     if exc.status_code == 405:
-        headers["Allow"] = allowed_methods(request)
+        allow = allowed_methods(request) or headers.get("Allow")  # never an empty Allow
+        if allow:
+            headers["Allow"] = allow
     return error_response(exc.status_code, code, message, headers=headers)
 
 
@@ -72,12 +75,16 @@ def allowed_methods(request: Request) -> str:
     The router refuses with the methods of the first route whose pattern
     fits the path, but a path may be served by several routes (GET and POST
     of `/entries` are two), and `/entries/bulk` fits the pattern of
-    `/entries/{entry_id}` before its own route: RFC 9110 wants them all."""
+    `/entries/{entry_id}` before its own route: RFC 9110 wants them all.
+    A mount names no methods; the static files' one serves GET and HEAD."""
     methods: set[str] = set()
     for route in getattr(request.app, "routes", ()):
         match, _ = route.matches(request.scope)
         if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
+            served = getattr(route, "methods", None)
+            if served is None and isinstance(getattr(route, "app", None), StaticFiles):
+                served = ("GET", "HEAD")
+            methods |= set(served or ())
     methods.discard(request.method)  # a route that fully matched would have answered
     rank = {method: i for i, method in enumerate(_METHOD_ORDER)}
     return ", ".join(sorted(methods, key=lambda m: (rank.get(m, len(rank)), m)))

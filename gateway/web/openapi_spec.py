@@ -164,7 +164,6 @@ ATTESTATION = _obj(
 )
 
 PROJECT = {"name": "project", "in": "path", "required": True, "schema": {"type": "string", "pattern": SLUG}}
-# Not blank, no control character.
 THREAD_ID = {"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID, "description": "not blank, no control character",
              "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f\\u0085][^\\u0000-\\u001f\\u007f]*$"}
 

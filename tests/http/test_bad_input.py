@@ -182,7 +182,8 @@ async def test_a_method_a_path_does_not_serve_is_405_naming_every_method_it_does
     served by two routes (GET and POST of /entries) lists both, and one that
     also fits another route's pattern (/entries/bulk fits
     /entries/{entry_id}, whose GET answers 404 for it) lists those too: the
-    router's first fitting route alone named GET only, or POST only."""
+    router's first fitting route alone named GET only, or POST only.  The
+    static files' mount names no methods: GET and HEAD, not an empty Allow."""
     documented = (await client.get("/openapi.json")).json()["paths"]
     values = {"project": "acme", "entry_id": "kn_x", "proposal_id": "pr_x", "thread_id": "t1", "source": "ci"}
     patterns = {t: re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", t) + "$") for t in documented}
@@ -202,3 +203,5 @@ async def test_a_method_a_path_does_not_serve_is_405_naming_every_method_it_does
             assert set(r.headers["allow"].split(", ")) == served, (method, path, r.headers["allow"])
             checked += 1
     assert checked > 40
+    r = await client.post("/static/dashboard.css")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD", r.headers.get("allow")
