@@ -57,7 +57,7 @@ class Hub:
         # object holds every budget (a test may swap it).  Its semantic stage
         # is decided here, once, from the settings: on for every door or none.
         stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256)
-        if config.semantic_model:
+        if stage is not None or (config.semantic_model or "").lower() != "off":
             (log.info if stage is not None else log.warning)("recall: %s", status.detail)
         self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits, stage, status)
         self.metrics = Metrics()

@@ -32,7 +32,8 @@ class CommandError(Exception):
 def open_hub(args: argparse.Namespace) -> Any:
     from gateway.hub import Hub
 
-    return Hub(Config.from_env(database_url=getattr(args, "database_url", None)))
+    # One-shot commands never recall: no model to load.
+    return Hub(Config.from_env(database_url=getattr(args, "database_url", None), semantic_model="off"))
 
 
 def run_with_hub(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:

@@ -24,7 +24,7 @@ from gateway.core.errors import GatewayError, NotFound
 from gateway.knowledge.playbook import relayroom_md
 from gateway.mcp.auth import current_principal
 from gateway.mcp.errors import request_error
-from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.query import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from gateway.hub import Hub

@@ -28,7 +28,7 @@ from gateway.knowledge.model import Entry
 from gateway.mcp.auth import current_principal
 from gateway.mcp.errors import refused
 from gateway.recall.service import DEFAULT_LIMIT, MAX_LIMIT
-from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.query import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from gateway.hub import Hub

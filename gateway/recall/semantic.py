@@ -1,68 +1,47 @@
 """Recall's semantic stage: a sentence-embedding model run by onnxruntime.
 
-Optional: `pip install -e '.[semantic]'` (onnxruntime, tokenizers, numpy; no
-PyTorch) and a model directory named by `RELAYROOM_SEMANTIC_MODEL` holding
-`model.onnx` (a BERT-style encoder: inputs input_ids, attention_mask and
-optionally token_type_ids; output the token states, or one pooled vector
-per text) and `tokenizer.json`.  `RELAYROOM_SEMANTIC_MODEL_SHA256` pins the
-sha256 of `model.onnx`; a file that does not match is not run.
+Which model is decided once, by the hub (`load`, from
+`RELAYROOM_SEMANTIC_MODEL`: by default the model the package installs with,
+`gateway.recall.model`); when it cannot run, the hub logs one line saying why
+and recall stays lexical.  Nothing is ever downloaded.
 
-Whether the stage is on is decided once, by the hub, from its settings
-(`load`): without the setting, the extra or a matching file, the hub logs
-one line saying why and recall stays lexical.  Nothing is ever downloaded.
-
-Everything that runs the model runs on a worker thread (`embed`), never on
-the event loop: one query per recall, and each trusted entry once, by the
-fill job (`fill_once`), outside any transaction.  The vector rows follow
-trust inside the store's transactions (gateway/store/queries/vectors.py);
-the fill replaces the placeholder a promotion leaves.  An entry whose
-vector is not there yet is still found by the lexical stage.
+Everything that runs the model runs on a worker thread, never on the event
+loop: one query per recall, and each trusted entry once, by the fill job
+(`fill_once`), outside any transaction, in batches of entries of similar
+length.  The vector rows follow trust inside the store's transactions
+(gateway/store/queries/vectors.py); the fill replaces the placeholder a
+promotion leaves.  An entry whose vector is not there yet is still found by
+the lexical stage.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib.util
 import logging
 import os
 import threading
-import time
 from collections import OrderedDict, Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
-from gateway.recall.search import words
+from gateway.recall.model import ModelFiles, ModelUnavailable, resolve
+from gateway.recall.query import words
 
 log = logging.getLogger("relayroom.recall")
 
-REQUIRED = ("onnxruntime", "tokenizers", "numpy")
 MAX_TOKENS = 256  # what all-MiniLM-L6-v2 was trained to read; longer texts are cut
-FILL_BATCH = 32
+FILL_BATCH = 256  # placeholders read per round of the fill job
+MODEL_BATCH = 32  # texts per run of the model (sorted by length: little padding)
 FILL_INTERVAL = 0.5  # seconds between looks for new placeholders (an indexed range)
 QUERY_CACHE = 512
 # Matrices kept per process, least recently asked project dropped first:
 # 200k rows of 384 float32 are about 300 MB.
 MAX_CACHED_ROWS = 200_000
-RECHECK = 10.0  # seconds between full checks of a cached matrix (see project_vectors)
-
-
-class ModelUnavailable(Exception):
-    """Why the semantic stage cannot run (one line, for the log and /readyz)."""
 
 
 def entry_text(kind: str, statement: str, evidence: str | None) -> str:
     """What is embedded for an entry."""
     return f"{kind}: {statement}" + (f" ({evidence})" if evidence else "")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Encoder:
@@ -73,37 +52,37 @@ class Encoder:
     one vector per text is only normalised.  One intra-op thread: a query is
     short, and the gateway shares its cores with the store."""
 
-    def __init__(self, folder: Path, sha256: str | None = None, threads: int = 1) -> None:
-        missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
-        if missing:
-            raise ModelUnavailable(f"the semantic extra is not installed (missing {', '.join(missing)}: pip install '.[semantic]')")
-        model_file, tokenizer_file = folder / "model.onnx", folder / "tokenizer.json"
-        for needed in (model_file, tokenizer_file):
-            if not needed.is_file():
-                raise ModelUnavailable(f"{needed} does not exist")
-        digest = file_sha256(model_file)
-        if sha256 is not None and digest != sha256.strip().lower():
-            raise ModelUnavailable(f"{model_file} has sha256 {digest}, not the expected {sha256.strip().lower()}")
-        self.sha256 = digest
-        self.model_id = f"onnx:{digest[:16]}"
-
+    def __init__(self, files: ModelFiles, threads: int = 1) -> None:
         import numpy
         import onnxruntime
         from tokenizers import Tokenizer
 
+        self.sha256 = files.sha256
+        self.model_id = f"onnx:{files.sha256[:16]}"
         self._numpy = numpy
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         try:
-            self.session = onnxruntime.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
-            self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            self.session = onnxruntime.InferenceSession(str(files.model), options, providers=["CPUExecutionProvider"])
+            self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
         except Exception as error:  # a corrupt or foreign file: say so, serve lexical recall
-            raise ModelUnavailable(f"{folder} could not be loaded: {error}") from None
+            raise ModelUnavailable(f"{files.model} could not be loaded: {error}") from None
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.enable_padding()
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.dimension = int(self.encode(["dimension probe"]).shape[1])
+
+    def encode_many(self, texts: Sequence[str]) -> Any:
+        """`encode` in runs of `MODEL_BATCH` texts of similar length (a batch
+        is padded to its longest text), rows in the order of `texts`."""
+        np = self._numpy
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(order), MODEL_BATCH):
+            chosen = order[start:start + MODEL_BATCH]
+            out[chosen] = self.encode([texts[i] for i in chosen])
+        return out
 
     def encode(self, texts: Sequence[str]) -> Any:
         np = self._numpy
@@ -126,13 +105,12 @@ class ProjectVectors:
     """One project's trusted vectors as a matrix, with what fusion reads of
     each entry (its kind and its words, for the document frequencies)."""
 
-    stamp: tuple[int, int, int]
+    generation: int  # the project's recall generation it was read at
     seqs: Any  # numpy int64 array
     kinds: list[str]
     matrix: Any  # (n, dimension) float32, unit rows
     df: Counter[str] = field(default_factory=Counter)
     row: dict[int, int] = field(default_factory=dict)  # seq -> row of the matrix
-    checked: float = field(default_factory=time.monotonic)  # when the full stamp last matched
 
     def __post_init__(self) -> None:
         self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
@@ -145,11 +123,13 @@ class ProjectVectors:
 Nearest = tuple[dict[int, float], list[float], Any]
 
 
-def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int) -> Nearest:
-    """The k nearest rows' cosines (by seq), the top cosines best first, and every row's cosine."""
+def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int, similarity: Any = None) -> Nearest:
+    """The k nearest rows' cosines (by seq), the top cosines best first, and
+    every row's cosine (`similarity`, when already computed)."""
     import numpy
 
-    similarity = vectors.matrix @ query_vector
+    if similarity is None:
+        similarity = vectors.matrix @ query_vector
     if kind is not None:
         similarity = numpy.where(numpy.array([c == kind for c in vectors.kinds]), similarity, -1.0)
     k = min(k, len(similarity))
@@ -218,46 +198,34 @@ class SemanticStage:
         return QueryVector(vector, cached, nearest(cached, vector, kind, k))
 
     async def project_vectors(self, q: Any, project_id: int) -> ProjectVectors | None:
-        """The project's matrix, read again only when its vector rows changed.
-
-        Every recall checks the highest vector id (one index seek): a new
-        vector always raises it.  A deletion (an entry leaving trust) does
-        not, so the full stamp, which scans the project's rows, is checked
-        at most every `RECHECK` seconds; meanwhile a left entry's row may
-        still be in the matrix, and is dropped by the trusted-and-unexpired
-        check every result passes anyway."""
+        """The project's matrix, read again only when the project's recall
+        generation moved (every change to what recall shows, a vector
+        written included, moves it in its own transaction)."""
+        generation = await q.recall_generation(project_id)
         cached = self._projects.get(project_id)
-        if cached is not None:
-            if await q.vector_top(project_id, self.model_id) == cached.stamp[1] and time.monotonic() < cached.checked + RECHECK:
-                self._projects.move_to_end(project_id)
-                return cached
-        stamp = await q.vector_stamp(project_id, self.model_id)
-        if stamp[0] == 0:
-            self._projects.pop(project_id, None)
-            return None
-        if cached is not None and cached.stamp == stamp:
-            cached.checked = time.monotonic()
+        if cached is not None and cached.generation == generation:
             self._projects.move_to_end(project_id)
             return cached
         rows = await q.project_vectors(project_id, self.model_id)
         if not rows:
+            self._projects.pop(project_id, None)
             return None
         # Tens of milliseconds at 10k entries: not on the event loop.
-        loaded = await asyncio.to_thread(self._matrix, stamp, rows)
+        loaded = await asyncio.to_thread(self._matrix, generation, rows)
         self._projects[project_id] = loaded
         self._projects.move_to_end(project_id)
         while len(self._projects) > 1 and sum(p.size for p in self._projects.values()) > MAX_CACHED_ROWS:
             self._projects.popitem(last=False)  # the least recently asked project
         return loaded
 
-    def _matrix(self, stamp: tuple[int, int, int], rows: list[dict[str, Any]]) -> ProjectVectors:
+    def _matrix(self, generation: int, rows: list[dict[str, Any]]) -> ProjectVectors:
         np = self.encoder._numpy
         matrix = np.frombuffer(b"".join(bytes(r["vector"]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
         df: Counter[str] = Counter()
         for r in rows:
             df.update(set(words(f"{r['statement']} {r['evidence'] or ''}")))
         seqs = np.array([int(r["seq"]) for r in rows], dtype=np.int64)
-        return ProjectVectors(stamp, seqs, [str(r["kind"]) for r in rows], matrix, df)
+        return ProjectVectors(generation, seqs, [str(r["kind"]) for r in rows], matrix, df)
 
     def forget(self) -> None:
         """Drop the cached matrices and query vectors (tests, benchmarks)."""
@@ -273,7 +241,7 @@ class SemanticStage:
         if not rows:
             return 0
         texts = [entry_text(r["kind"], r["statement"], r["evidence"]) for r in rows]
-        matrix = await asyncio.to_thread(self.encoder.encode, texts)
+        matrix = await asyncio.to_thread(self.encoder.encode_many, texts)
         filled = [(int(r["id"]), int(r["seq"]), int(r["project_id"]), matrix[i].tobytes()) for i, r in enumerate(rows)]
         await driver.write(lambda q: q.fill_vectors(self.model_id, filled))
         return len(rows)
@@ -304,18 +272,24 @@ class SemanticStatus:
     model: str | None = None
 
 
-def load(model_dir: str | None, sha256: str | None) -> tuple[SemanticStage | None, SemanticStatus]:
-    """The semantic stage the settings ask for, or None and the reason."""
-    if not model_dir:
-        return None, SemanticStatus("lexical", "no semantic model configured (RELAYROOM_SEMANTIC_MODEL)")
+_ENCODERS: dict[tuple[str, str], Encoder] = {}
+_ENCODERS_LOCK = threading.Lock()
+
+
+def load(setting: str | None, sha256: str | None = None) -> tuple[SemanticStage | None, SemanticStatus]:
+    """The semantic stage the settings ask for, or None and the reason.  The
+    model is loaded once per process (every hub of it shares the session)."""
     # The session's own thread pool is set per session; this keeps a BLAS
     # that numpy or ORT links from starting one thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        encoder = Encoder(Path(model_dir), sha256)
+        files = resolve(setting, sha256)
+        if files is None:
+            return None, SemanticStatus("lexical", "lexical recall alone (RELAYROOM_SEMANTIC_MODEL=off)")
+        with _ENCODERS_LOCK:
+            key = (str(files.model), files.sha256)
+            encoder = _ENCODERS.get(key) or _ENCODERS.setdefault(key, Encoder(files))
     except ModelUnavailable as why:
         return None, SemanticStatus("lexical", f"semantic model not used: {why}")
-    detail = f"fused lexical + semantic ({model_dir}, sha256 {encoder.sha256[:12]}...)"
-    if sha256 is None:
-        detail += "; sha256 not pinned: set RELAYROOM_SEMANTIC_MODEL_SHA256=" + encoder.sha256
+    detail = f"fused lexical + semantic ({files.label}, sha256 {files.sha256[:12]}...)"
     return SemanticStage(encoder), SemanticStatus("fused", detail, encoder.model_id)

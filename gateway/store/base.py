@@ -25,11 +25,6 @@ transaction (PostgreSQL: no BEGIN/COMMIT, one round trip instead of three).
 `read_statement(driver, unit)` is the same for `read` (a single statement
 reads one snapshot by itself): the bearer token's lookup on every request.
 
-A driver may also name its database for per-process caches (`cache_key`, a
-string; PostgreSQL's also reaches its `Tx`).  Only facts that may be a
-little old are cached under it (the recall index's table statistics, for a
-minute); never anything that decides access.
-
 A unit awaits nothing but its `Queries`: on SQLite the statements run without
 leaving the event loop, and a unit that slept would hold up the writer.
 """

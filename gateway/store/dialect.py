@@ -17,7 +17,7 @@ PostgreSQL, so the store keeps per-entry recall counts on SQLite only
 
 Column types (`{JSON}`, `{BLOB}` ...) differ too; the schema expands those
 (`schema.DIALECT_TYPES`), and full-text search is one index per backend
-(`search_index.index_for`).
+(`recall_index.index_for`).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ from gateway.core.errors import Conflict, GatewayError, Unavailable
 from gateway.store.base import T, Unit
 from gateway.store.pg_connections import Connections
 from gateway.store.schema import LATEST_VERSION, META_TABLE, MIGRATIONS, expand, for_dialect
-from gateway.store import search_postgres
+from gateway.store import recall_index_pg
 
 log = logging.getLogger("relayroom.store")
 
@@ -166,11 +166,8 @@ def redact(url: str) -> str:
 class PostgresTx:
     dialect = "postgres"
 
-    def __init__(self, conn: Any, cache_key: str | None = None) -> None:
+    def __init__(self, conn: Any) -> None:
         self._conn = conn
-        # The driver's `cache_key`: what may be cached per process about this
-        # database (the recall index's table statistics) is keyed by it.
-        self.cache_key = cache_key
 
     async def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
         record = await self._conn.fetchrow(to_dollar_params(sql), *_args(args))
@@ -193,10 +190,6 @@ class PostgresDriver:
     def __init__(self, url: str) -> None:
         self._dsn, self._options = split_url(url)
         self.url = redact(self._dsn)
-        # Names this database for per-process caches (set by open()): the URL
-        # without its password plus the database's oid, so a database dropped
-        # and created again under the same name is another key.
-        self.cache_key: str | None = None
         self._pool: Connections | None = None
         self._gate = asyncio.Semaphore(1)  # made again, for the pool's size and this loop, by open()
 
@@ -237,8 +230,6 @@ class PostgresDriver:
             conn = await asyncpg.connect(self._dsn, timeout=30)
             try:
                 await self._migrate(conn)
-                oid = await conn.fetchval("SELECT oid FROM pg_database WHERE datname = current_database()")
-                self.cache_key = f"{self.url}#{oid}"
             finally:
                 await conn.close()
         except BaseException:
@@ -265,7 +256,7 @@ class PostgresDriver:
                     await self._meta_set(conn, "schema_version", str(version))
                 # The recall index's text search configuration, and its
                 # tables rebuilt when they were built another way.
-                await search_postgres.install(PostgresTx(conn))
+                await recall_index_pg.install(PostgresTx(conn))
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
 
@@ -340,12 +331,12 @@ class PostgresDriver:
                 with _server_faults("write"):
                     async with self._acquire() as conn:
                         if single:
-                            return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                            return await unit(Queries(PostgresTx(conn)))
                         if durable and not snapshot:
                             async with conn.transaction():
-                                return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                                return await unit(Queries(PostgresTx(conn)))
                         async with _transaction(conn, begin):
-                            return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                            return await unit(Queries(PostgresTx(conn)))
             except retryable as exc:
                 if attempt >= WRITE_ATTEMPTS:
                     raise Unavailable(
@@ -368,7 +359,7 @@ class PostgresDriver:
         with _server_faults("read"):
             async with self._acquire() as conn:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                    return await unit(Queries(PostgresTx(conn)))
 
     async def read_statement(self, unit: Unit[T]) -> T:
         """`read` for a unit of one statement, outside a transaction block
@@ -379,7 +370,7 @@ class PostgresDriver:
 
         with _server_faults("read"):
             async with self._acquire() as conn:
-                return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                return await unit(Queries(PostgresTx(conn)))
 
     @contextlib.asynccontextmanager
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:

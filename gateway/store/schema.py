@@ -346,6 +346,19 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
                            "SELECT 1, COALESCE(MAX(recall_seq), 0) FROM recall_results"),
         ],
     ),
+    (
+        8,
+        [
+            # Each project's recall generation: bumped in the transaction of
+            # any change to what recall shows of the project, the one key a
+            # process may keep derived data under (gateway/store/recall_index.py).
+            # rows and tokens: the size of the project's index, for BM25 on
+            # PostgreSQL (FTS5 keeps its own; they stay 0 on SQLite).
+            "CREATE TABLE IF NOT EXISTS recall_index (project_id {INT} PRIMARY KEY, generation {INT} NOT NULL DEFAULT 0, "
+            "rows {INT} NOT NULL DEFAULT 0, tokens {INT} NOT NULL DEFAULT 0)",
+            "INSERT INTO recall_index (project_id) SELECT id FROM projects WHERE id NOT IN (SELECT project_id FROM recall_index)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

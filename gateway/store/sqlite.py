@@ -27,7 +27,6 @@ from typing import Any
 
 from gateway.core.errors import Unavailable
 from gateway.store.base import T, Unit
-from gateway.store.fts_counts import PhraseCounts
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
 
 log = logging.getLogger("relayroom.store")
@@ -45,11 +44,8 @@ CHECKPOINT_EVERY = 150
 class SqliteTx:
     dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection, counts: PhraseCounts | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        # The recall index's phrase counts, kept between searches: only on
-        # the reader's snapshots (see gateway.store.fts_counts).
-        self.phrase_counts = counts
 
     async def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
         row = self._conn.execute(sql, args).fetchone()
@@ -57,12 +53,6 @@ class SqliteTx:
 
     async def all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute(sql, args).fetchall()]
-
-    async def tuples(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        """Rows as plain tuples (no dict, no sqlite3.Row per row: for reads of many small rows)."""
-        cursor = self._conn.cursor()
-        cursor.row_factory = None
-        return cursor.execute(sql, args).fetchall()
 
     async def run(self, sql: str, *args: Any) -> int:
         return self._conn.execute(sql, args).rowcount
@@ -115,7 +105,6 @@ class SqliteDriver:
         self._task: asyncio.Task[None] | None = None
         self._read_lock: asyncio.Lock | None = None
         self._stopped = False
-        self._phrase_counts = PhraseCounts(path)
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpointing: asyncio.Task[None] | None = None
         self._commits = 0
@@ -170,17 +159,10 @@ class SqliteDriver:
         if self._checkpointing is not None:
             await self._checkpointing
             self._checkpointing = None
-        await self._phrase_counts.close()
         for conn in (self._reader, self._writer, self._checkpointer):
             if conn is not None:
                 conn.close()
         self._reader = self._writer = self._checkpointer = None
-
-    async def copies_loaded(self) -> None:
-        """Wait until the recall index copies being loaded in the background
-        are held (`gateway.store.fts_arrays`): for tests and benchmarks,
-        which would otherwise measure FTS5 for the first questions."""
-        await self._phrase_counts.array_tables.settled()
 
     async def ping(self) -> bool:
         try:
@@ -208,7 +190,7 @@ class SqliteDriver:
         async with self._read_lock:
             self._reader.execute("BEGIN")
             try:
-                return await unit(Queries(SqliteTx(self._reader, self._phrase_counts)))
+                return await unit(Queries(SqliteTx(self._reader)))
             finally:
                 self._reader.execute("COMMIT")
 
@@ -221,7 +203,7 @@ class SqliteDriver:
 
         assert self._reader is not None and self._read_lock is not None
         async with self._read_lock:
-            return await unit(Queries(SqliteTx(self._reader, self._phrase_counts)))
+            return await unit(Queries(SqliteTx(self._reader)))
 
     async def _write_loop(self) -> None:
         """Take whatever is waiting, run it as one transaction, repeat.

@@ -113,12 +113,12 @@ TABLES: dict[str, Table] = {
 HUB_TABLES = ("meta", "seen_tokens", "webhook_deliveries", "jwks_refreshes", "dashboard_sessions")
 
 # Derived and rebuilt on the target rather than carried: the recall index
-# (in the import's transaction), the optional embedding vectors (keyed by
+# and its generation row (in the import's transaction), the embedding vectors (keyed by
 # the store's own entry keys; the background fill embeds every trusted entry
 # that has none) and, on a store that keeps them (SQLite), the recall
 # counters and their fold's mark (the imported result rows are folded in the
 # import's transaction; a PostgreSQL target counts the result rows themselves).
-DERIVED_TABLES = ("entry_vectors", "recall_counts", "recall_counts_folded")
+DERIVED_TABLES = ("recall_index", "entry_vectors", "recall_counts", "recall_counts_folded")
 
 # What stands in an exported row for the integer link it replaces.
 LINKS = {"entry": "entry_seq", "recall": "recall_seq"}

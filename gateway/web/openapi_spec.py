@@ -19,7 +19,7 @@ from gateway.knowledge.service import BULK_ACTIONS, MAX_BULK
 from gateway.knowledge.threads import MAX_AUTHOR, MAX_TEXT, MAX_THREAD_ID
 from gateway.ci.intake import MAX_CHECK, MAX_RUN_URL
 from gateway.recall.service import MAX_LIMIT as MAX_RECALL
-from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.query import MAX_QUERY_CHARS
 from gateway.knowledge.trust import CREATED_VIA, KINDS, STATES
 
 S = dict[str, Any]

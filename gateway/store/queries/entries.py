@@ -206,7 +206,7 @@ class EntryQueries(QueryBase):
         await self.tx.run("UPDATE entries SET expires_at = ? WHERE seq = ?", expires_at, entry.seq)
         entry.expires_at = expires_at
         if entry.state == "trusted":
-            await self.index.set_expiry(entry)
+            await self.index.changed(entry)
 
     async def corrections_of(self, project_id: int, entry_id: str, limit: int = 20) -> list[Entry]:
         """The entries written as corrections of `entry_id`, newest first.

@@ -1,4 +1,4 @@
-"""Recalls: the search, the record of what it returned, and the uses reported."""
+"""Recalls: the lexical search, the record of what it returned, and the uses reported."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Iterable
 from gateway.knowledge.model import ContradictionRecord, Entry, Support
 from gateway.store.queries.common import ENTRY_COLUMNS, _entry, _load
 from gateway.store.queries.entries import EntryQueries
+from gateway.store import recall_index
+from gateway.store.recall_index import Candidate, Terms
 
 
 # Where arrays bind (PostgreSQL): the entries a recall returns, each with its supports and
@@ -51,28 +53,19 @@ RETURNED_SINCE_FOLD = f"SELECT entry_seq FROM recall_results WHERE recall_seq > 
 
 
 class RecallQueries(EntryQueries):
-    async def search(
-        self, project_id: int, query: str, kind: str | None, limit: int, now: float
-    ) -> list[tuple[Entry, float]]:
-        hits = await self.index.search(project_id, query, kind, limit, now)
-        found = await self.index.entries(project_id, [seq for seq, _ in hits], self._fetch_recalled)
-        # Defence in depth: the index holds trusted entries only, but recall
-        # is the gate's door, so the entry's own state has the last word.
-        return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
+    async def lexical(
+        self, project_id: int, terms: Terms, kind: str | None, limit: int, now: float
+    ) -> list[Candidate]:
+        """The project's best `limit` trusted, unexpired entries (of `kind`)
+        holding any of the weighted words, by the index's own BM25."""
+        return await self.index.lexical(project_id, terms, kind, limit, now)
 
-    async def candidates(
-        self, project_id: int, query: str, kind: str | None, limit: int, now: float
-    ) -> tuple[list[tuple[int, float]], Entry | None]:
-        """The index's best `limit` (seq, score) and the first one's entry:
-        what the fused ranking reads before it knows which entries it will
-        answer with (their entries are read then, and checked then)."""
-        hits = await self.index.search(project_id, query, kind, limit, now)
-        if not hits:
-            return [], None
-        first = (await self.index.entries(project_id, [hits[0][0]], self._fetch_recalled)).get(hits[0][0])
-        return hits, first
+    async def recall_generation(self, project_id: int) -> int:
+        """The project's recall generation (`gateway.store.recall_index`)."""
+        return await recall_index.generation(self.tx, project_id)
 
-    async def _fetch_recalled(self, seqs: list[int]) -> dict[int, Entry]:
+    async def recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
+        """`entries_by_seqs`, in one statement where arrays bind."""
         if self.dialect.array_params:
             return await self._recalled_entries(seqs)
         return await self.entries_by_seqs(seqs)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.store import recall_index
 from gateway.store.queries.common import QueryBase
 
 
@@ -30,26 +31,6 @@ class VectorQueries(QueryBase):
     async def track_vector(self, seq: int, project_id: int) -> None:
         """`track`, for a door that makes entries trusted without `set_state` (the import)."""
         await track(self.tx, seq, project_id)
-
-    async def vector_stamp(self, project_id: int, model: str) -> tuple[int, int, int]:
-        """(count, max id, sum of ids) of the project's vectors of `model`:
-        rows are only ever inserted with a fresh id or deleted, so any change
-        of the set changes this (one indexed range, no vector read)."""
-        row = await self.tx.one(
-            "SELECT COUNT(*) AS n, COALESCE(MAX(id), 0) AS top, COALESCE(SUM(id), 0) AS total "
-            "FROM entry_vectors WHERE project_id = ? AND model = ?",
-            project_id,
-            model,
-        )
-        return (int(row["n"]), int(row["top"]), int(row["total"])) if row else (0, 0, 0)
-
-    async def vector_top(self, project_id: int, model: str) -> int:
-        """The highest id of the project's vectors of `model` (one index
-        seek): it grows with every vector written, whatever else changed."""
-        row = await self.tx.one(
-            "SELECT COALESCE(MAX(id), 0) AS top FROM entry_vectors WHERE project_id = ? AND model = ?", project_id, model
-        )
-        return int(row["top"]) if row else 0
 
     async def project_vectors(self, project_id: int, model: str) -> list[dict[str, Any]]:
         """Every vector of the project, with what the fusion reads of its entry."""
@@ -75,6 +56,7 @@ class VectorQueries(QueryBase):
         """Replace placeholders (id, seq, project_id) by rows with a vector.
         A placeholder deleted meanwhile (the entry left trust) stays gone."""
         written = 0
+        projects: set[int] = set()
         for row_id, seq, project_id, vector in filled:
             # On PostgreSQL, lock the entry first: a demotion updates that row
             # before it deletes the vector, so the two cannot interleave (its
@@ -89,4 +71,7 @@ class VectorQueries(QueryBase):
                     vector,
                 )
                 written += 1
+                projects.add(project_id)
+        for project_id in sorted(projects):
+            await recall_index.bump(self.tx, project_id)  # the project's matrix changed
         return written
