@@ -59,6 +59,8 @@ class Hub:
         stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256)
         if stage is not None or (config.semantic_model or "").lower() != "off":
             (log.info if stage is not None else log.warning)("recall: %s", status.detail)
+        if stage is not None:
+            stage.driver = self.driver
         self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits, stage, status)
         self.metrics = Metrics()
         self.knowledge.metrics = self.recall.metrics = self.metrics
@@ -102,6 +104,8 @@ class Hub:
         self.started = True
 
     async def stop(self) -> None:
+        if self.recall.semantic is not None:
+            self.recall.semantic.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -31,12 +31,15 @@ log = logging.getLogger("relayroom.recall")
 
 MAX_TOKENS = 256  # what all-MiniLM-L6-v2 was trained to read; longer texts are cut
 FILL_BATCH = 256  # placeholders read per round of the fill job
-MODEL_BATCH = 32  # texts per run of the model (sorted by length: little padding)
+# Texts per run of the model, of similar length: bigger batches are no faster
+# on CPU, and onnxruntime keeps the memory of its biggest run.
+MODEL_BATCH = 4
 FILL_INTERVAL = 0.5  # seconds between looks for new placeholders (an indexed range)
 QUERY_CACHE = 512
 # Matrices kept per process, least recently asked project dropped first:
 # 200k rows of 384 float32 are about 300 MB.
 MAX_CACHED_ROWS = 200_000
+PAGE = 5000  # vector rows read at once when a matrix is loaded
 
 
 def entry_text(kind: str, statement: str, evidence: str | None) -> str:
@@ -112,7 +115,9 @@ class ProjectVectors:
     df: Counter[str] = field(default_factory=Counter)
     row: dict[int, int] = field(default_factory=dict)  # seq -> row of the matrix
 
-    def __post_init__(self) -> None:
+    def trim(self, size: int) -> None:
+        """Keep the first `size` rows (the ones read), and index them by seq."""
+        self.seqs, self.matrix = self.seqs[:size], self.matrix[:size]
         self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
 
     @property
@@ -158,6 +163,8 @@ class SemanticStage:
         self._projects: OrderedDict[int, ProjectVectors] = OrderedDict()
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._reloading: dict[int, asyncio.Future[None]] = {}
+        self.driver: Any = None  # set by the hub: background reloads of a matrix read through it
 
     # -- queries -------------------------------------------------------------------
 
@@ -198,34 +205,84 @@ class SemanticStage:
         return QueryVector(vector, cached, nearest(cached, vector, kind, k))
 
     async def project_vectors(self, q: Any, project_id: int) -> ProjectVectors | None:
-        """The project's matrix, read again only when the project's recall
-        generation moved (every change to what recall shows, a vector
-        written included, moves it in its own transaction)."""
+        """The project's matrix as of its recall generation (every change to
+        what recall shows, a vector written included, moves it in its own
+        transaction).  A project read for the first time is read here; one
+        whose generation moved since is read again in the background while
+        recalls use the matrix they have: it may lack the newest vectors
+        (those entries are found by the lexical stage meanwhile) or hold an
+        entry that left trust (every result is checked against its entry)."""
         generation = await q.recall_generation(project_id)
         cached = self._projects.get(project_id)
-        if cached is not None and cached.generation == generation:
+        if cached is not None:
             self._projects.move_to_end(project_id)
+            if cached.generation != generation and self.driver is not None and project_id not in self._reloading:
+                self._reloading[project_id] = asyncio.ensure_future(self._reload(project_id))
             return cached
-        rows = await q.project_vectors(project_id, self.model_id)
-        if not rows:
-            self._projects.pop(project_id, None)
+        loaded = await self._load(q, project_id, generation)
+        if loaded is not None:
+            self._keep(project_id, loaded)
+        return loaded
+
+    async def _reload(self, project_id: int) -> None:
+        try:
+            generation = await self.driver.read(lambda q: q.recall_generation(project_id))
+            loaded = await self._load(None, project_id, generation)
+            if loaded is None:
+                self._projects.pop(project_id, None)
+            else:
+                self._keep(project_id, loaded)
+        except Exception:  # the next recall tries again; meanwhile the old matrix serves
+            log.exception("reading the recall vectors of project %s failed", project_id)
+        finally:
+            self._reloading.pop(project_id, None)
+
+    async def _load(self, q: Any, project_id: int, generation: int) -> ProjectVectors | None:
+        """The project's vectors, page by page into one matrix (its rows held
+        at once would double a big project's memory while it loads); with
+        no `q`, each page in a read of its own, so the store's reads go on
+        between them."""
+
+        async def read(unit: Any) -> Any:
+            return await unit(q) if q is not None else await self.driver.read(unit)
+
+        count = await read(lambda x: x.count_vectors(project_id, self.model_id))
+        if not count:
             return None
-        # Tens of milliseconds at 10k entries: not on the event loop.
-        loaded = await asyncio.to_thread(self._matrix, generation, rows)
+        np = self.encoder._numpy
+        loaded = ProjectVectors(generation, np.empty(count, np.int64), [], np.empty((count, self.encoder.dimension), np.float32))
+        after, at = 0, 0
+        while at < count:
+            rows = await read(lambda x, after=after, at=at: x.project_vectors(project_id, self.model_id, after, min(PAGE, count - at)))
+            if not rows:
+                break
+            await asyncio.to_thread(self._fill_matrix, loaded, at, rows)  # milliseconds a page: off the loop
+            at, after = at + len(rows), int(rows[-1]["id"])
+        loaded.trim(at)
+        return loaded
+
+    def _keep(self, project_id: int, loaded: ProjectVectors) -> None:
         self._projects[project_id] = loaded
         self._projects.move_to_end(project_id)
         while len(self._projects) > 1 and sum(p.size for p in self._projects.values()) > MAX_CACHED_ROWS:
             self._projects.popitem(last=False)  # the least recently asked project
-        return loaded
 
-    def _matrix(self, generation: int, rows: list[dict[str, Any]]) -> ProjectVectors:
+    def _fill_matrix(self, loaded: ProjectVectors, at: int, rows: list[dict[str, Any]]) -> None:
         np = self.encoder._numpy
-        matrix = np.frombuffer(b"".join(bytes(r["vector"]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
-        df: Counter[str] = Counter()
-        for r in rows:
-            df.update(set(words(f"{r['statement']} {r['evidence'] or ''}")))
-        seqs = np.array([int(r["seq"]) for r in rows], dtype=np.int64)
-        return ProjectVectors(generation, seqs, [str(r["kind"]) for r in rows], matrix, df)
+        for i, r in enumerate(rows, at):
+            loaded.matrix[i] = np.frombuffer(r["vector"], dtype=np.float32)
+            loaded.seqs[i] = int(r["seq"])
+            loaded.kinds.append(str(r["kind"]))
+            loaded.df.update(set(words(f"{r['statement']} {r['evidence'] or ''}")))
+
+    async def settled(self) -> None:
+        """Wait for the matrices being read again (tests, benchmarks)."""
+        while self._reloading:
+            await asyncio.gather(*self._reloading.values(), return_exceptions=True)
+
+    def stop(self) -> None:
+        for reload in self._reloading.values():
+            reload.cancel()
 
     def forget(self) -> None:
         """Drop the cached matrices and query vectors (tests, benchmarks)."""

@@ -1,10 +1,8 @@
 """The one interface both storage backends implement.
 
-A backend hands out transactions (`Tx`): three ways to run SQL written once
-with `?` placeholders, plus the few statements that differ by dialect
-(full-text search, row locks; see dialect.py).  `Queries` (the queries/
-package, one module per domain) holds all the SQL and is the only thing the
-core talks to; it never sees which backend it runs on.
+A backend hands out transactions (`Tx`) that run SQL written once with `?`
+placeholders; `Queries` (the queries/ package) holds all the SQL and is the
+only thing the core talks to (what differs by backend: dialect.py).
 
     write(unit)  runs `await unit(queries)` in one durable transaction and
                  returns its result only after the commit; an exception raised
@@ -13,11 +11,10 @@ core talks to; it never sees which backend it runs on.
                  caller may be answered before the commit reaches the disk.
     read(unit)   runs `await unit(queries)` on a consistent snapshot.
 
-`read_then_write(driver, read, write)` (below) runs a read and then a write
-that records what it found (a recall and its record).  A driver may do both
-in one transaction (PostgreSQL: one REPEATABLE READ transaction, two round
-trips fewer); otherwise they run as `read` then `write`, as on SQLite, whose
-single writer must not wait on searches.
+`read_then_write(driver, read, write)` runs a read, then a write recording
+what it found (a recall and its record): in one transaction where the driver
+offers it (PostgreSQL), else as `read` then `write` (SQLite's single writer
+must not wait on searches).
 
 `write_statement(driver, unit)` (below) is `write` for a unit that sends
 exactly one statement: a driver may run it as that statement's own

@@ -1,34 +1,23 @@
-"""The recall index: a project's trusted entries in the store's own full-text index.
+"""The recall index: each project's trusted entries in the store's own full-text index.
 
-What the store offers recall, and nothing more:
-
-- `lexical`: the best trusted, unexpired entries holding any of a list of
-  weighted words, scored by the store's native BM25 (SQLite: FTS5's
-  `bm25()`; PostgreSQL: the same formula in one SQL statement,
-  `gateway.store.recall_index_pg`).  Which words to look for, and with what
-  weight, is recall's business (`gateway.recall.query`).
-- `generation`: a per-project counter, bumped in the same transaction as any
-  change to what recall shows of the project (an entry entering or leaving
-  trust, a trusted entry's new expiry or support, a vector written).  A
-  process may keep what it derived from the index under a generation, and
-  nothing else: a cache is stale exactly when the counter moved.
-
-Each project has its own index table holding its trusted entries only, kept
-in step with the `trusted` state inside the transaction that moves the entry,
-so a project's recall never scores other projects' rows or candidates.
-Expiry is checked at query time.
+What the store offers recall: `lexical`, the best trusted, unexpired entries
+holding any of a list of weighted words by the store's native BM25; and
+`generation`, a per-project counter bumped in the transaction of any change
+to what recall shows, the one key a process may keep derived data under.
+One table per project, written with the move into or out of trust.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence
 
 from gateway.knowledge.model import Entry
 
-# Column weights of the index (statement, evidence, kind, aliases): an entry's
-# statement says what it is about; its evidence and the parts of the
-# identifiers it names count less.
+if TYPE_CHECKING:
+    from gateway.store.recall_index_pg import PostgresIndex
+
+# Column weights (statement, evidence, kind, aliases): the statement says what an entry is about.
 WEIGHTS = (3.0, 1.0, 0.5, 1.0)
 COLUMNS = "statement, evidence, kind, aliases"
 TOKENIZE = "porter unicode61 remove_diacritics 2"
@@ -37,36 +26,19 @@ _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z0-9])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 
 class Candidate(NamedTuple):
-    """One entry the index found: higher scores are better."""
-
     seq: int
-    score: float
+    score: float  # higher is better
     kind: str
 
 
-# (weighted word) pairs: the words recall looks for, and how much each counts.
-Terms = Sequence[tuple[str, float]]
-
-
-class RecallIndex(Protocol):
-    async def create_project(self, project_id: int) -> None: ...
-
-    async def add(self, entry: Entry) -> None: ...
-
-    async def remove(self, entry: Entry) -> None: ...
-
-    async def changed(self, entry: Entry) -> None: ...
-
-    async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None: ...
-
-    async def lexical(self, project_id: int, terms: Terms, kind: str | None, limit: int, now: float) -> list[Candidate]: ...
+Terms = Sequence[tuple[str, float]]  # the words recall looks for, each with its weight
+# (seq, kind, expires_at, statement, evidence) of an entry to index in bulk.
+IndexRow = tuple[int, str, Optional[float], str, Optional[str]]
 
 
 def identifier_parts(text: str) -> str:
-    """The pieces of identifiers written together: `ConfigToml` -> `config
-    toml`, `HTTPClient` -> `http client`.  Indexed in a column of their own so
-    a question that spells the words apart finds the entry that names the
-    identifier (snake_case and kebab-case are split by the tokenizer)."""
+    """The pieces of identifiers written together (`ConfigToml` -> `config toml`):
+    a question that spells the words apart still meets the entry."""
     pieces: list[str] = []
     for token in re.findall(r"[A-Za-z0-9]+", text):
         parts = _CAMEL.findall(token)
@@ -75,13 +47,8 @@ def identifier_parts(text: str) -> str:
     return " ".join(pieces)
 
 
-# (seq, kind, expires_at, statement, evidence) of an entry to index in bulk.
-IndexRow = tuple[int, str, Optional[float], str, Optional[str]]
-
-
 def columns(statement: str, evidence: str | None, kind: str) -> tuple[str, str, str, str]:
-    """The four indexed texts of an entry: the one place that computes them
-    (a contentless FTS5 table must be given the same values to delete a row)."""
+    """The four indexed texts (a contentless FTS5 table deletes a row by the same values)."""
     evidence = evidence or ""
     return statement, evidence, kind, identifier_parts(f"{statement} {evidence}")
 
@@ -101,8 +68,7 @@ def _quoted(word: str) -> str:
 
 
 def fts5_expression(words: Sequence[str]) -> str | None:
-    """The words OR-ed as an FTS5 MATCH expression, each a quoted string, so
-    that no operator or column filter can be injected; None when empty."""
+    """The words OR-ed, each a quoted string: no operator or column filter can be injected."""
     return " OR ".join(_quoted(w) for w in words) or None
 
 
@@ -154,8 +120,7 @@ class SqliteIndex:
         await bump(self.tx, entry.project_id)
 
     async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None:
-        """Index many entries of one project at once, none indexed yet (the
-        benches' bulk loaders)."""
+        """Entries of one project not indexed yet, at once (bulk loaders)."""
         await self.tx.run_many(
             f"INSERT INTO {self.table(project_id)} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?, ?)",
             [(seq, *columns(statement, evidence, kind)) for seq, kind, _, statement, evidence in rows],
@@ -198,7 +163,7 @@ class SqliteIndex:
         return found[:limit]
 
 
-def index_for(tx: Any) -> RecallIndex:
+def index_for(tx: Any) -> "SqliteIndex | PostgresIndex":
     if tx.dialect == "postgres":
         from gateway.store.recall_index_pg import PostgresIndex
 

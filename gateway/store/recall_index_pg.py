@@ -1,21 +1,8 @@
-"""The recall index on PostgreSQL: a tsvector per trusted entry, a GIN index.
-
-The same contract as SQLite's (`gateway.store.recall_index`), with
-PostgreSQL's own full-text index:
-
-- one table per project (`recall_p<id>`: seq, kind, expiry, length, tsvector
-  with the four columns as weights A-D, GIN-indexed), so a project's recall
-  reads only its own rows whatever the hub holds;
-- FTS5's tokens and stems: a text is cut into FTS5 `unicode61`'s tokens
-  (`document`) and stemmed by snowball's `porter` (Martin Porter's original,
-  as FTS5's), no stop words, so `uv.lock` and `news` meet the same words on
-  both stores;
-- FTS5's BM25, computed by the server in the search's one statement
-  (`LEXICAL_SQL`): a word's IDF is counted over the rows the query matches,
-  which hold every row that has the word; N and the average length are the
-  project's, kept in `recall_index` beside its generation by the statements
-  that add and remove rows.
-"""
+"""The recall index on PostgreSQL: a GIN-indexed tsvector per trusted entry,
+one table per project (`recall_p<id>`; columns as weights A-D), with FTS5's
+tokens (`document`) and Porter stems, and FTS5's BM25 computed in one
+statement (`LEXICAL_SQL`): a word's IDF over the rows the question matches
+(every row holding it), N and the average length kept in `recall_index`."""
 
 from __future__ import annotations
 
@@ -27,8 +14,7 @@ from gateway.knowledge.model import Entry
 from gateway.store.recall_index import WEIGHTS, Candidate, IndexRow, Terms, bump, columns
 
 CONFIG = "relayroom_porter"
-# What the index tables of a database were built with: a database whose meta
-# row says otherwise has them rebuilt by `install` (under the migration lock).
+# How the index tables were built: other tables are rebuilt by `install`.
 INDEX_VERSION = "bm25-sql-4"
 K1, B = 1.2, 0.75
 
@@ -55,10 +41,8 @@ def tokens(text: str) -> list[str]:
 
 
 def document(text: str) -> str:
-    """The text PostgreSQL reads for `text`: its FTS5 tokens, space-separated.
-    FTS5's porter leaves a word of two letters alone where PostgreSQL's strips
-    a final s (`ts` would meet `t`): such a word is written with its s
-    tripled, which porter keeps."""
+    """`text` as FTS5 tokens; a two-letter word ending in s gets its s tripled
+    (FTS5's porter leaves `ts` alone, PostgreSQL's would make it `t`)."""
     return " ".join(t + "ss" if len(t) == 2 and t[1] == "s" and t != "ss" else t for t in tokens(text))
 
 
@@ -67,7 +51,7 @@ def table(project_id: int) -> str:
 
 
 def _frequency() -> str:
-    """A lexeme's weighted frequency in a row: its instances in each column times that column's weight."""
+    """A lexeme's instances in a row, each weighed by its column."""
     return " + ".join(f"{w!r} * CARDINALITY(ARRAY_POSITIONS(u.weights, '{c}'))" for w, c in zip(WEIGHTS, "ABCD"))
 
 
@@ -102,8 +86,7 @@ class PostgresIndex:
 
     async def create_project(self, project_id: int) -> None:
         name = table(project_id)
-        # kind and expires_at are copied from the entry (an expiry change is
-        # copied too, `changed`), so a search reads this table alone.
+        # kind and expires_at copied from the entry (`changed`): a search reads this table alone.
         await self.tx.run(
             f"CREATE TABLE IF NOT EXISTS {name} (seq BIGINT PRIMARY KEY, kind TEXT NOT NULL, "
             "expires_at DOUBLE PRECISION, len INTEGER NOT NULL, tsv tsvector NOT NULL)"
@@ -142,8 +125,7 @@ class PostgresIndex:
 
 
 async def _resize(tx: Any, project_id: int, rows: int, tokens: int) -> None:
-    """The project's size for BM25, and its generation, in one statement
-    (the row's lock is also what makes writers of one project take turns)."""
+    """The project's size for BM25, and its generation (writers of one project take turns on the row)."""
     await tx.run(
         "UPDATE recall_index SET generation = generation + 1, rows = rows + ?, tokens = tokens + ? WHERE project_id = ?",
         rows, tokens, project_id,
@@ -151,8 +133,7 @@ async def _resize(tx: Any, project_id: int, rows: int, tokens: int) -> None:
 
 
 async def add_many(tx: Any, project_id: int, rows: Sequence[IndexRow]) -> None:
-    """Index many entries of one project at once, none indexed yet (the
-    rebuild below, the benches' bulk loaders)."""
+    """Entries of one project not indexed yet, at once (the rebuild, bulk loaders)."""
     if not rows:
         return
     values = [_values(r) for r in rows]
@@ -161,12 +142,9 @@ async def add_many(tx: Any, project_id: int, rows: Sequence[IndexRow]) -> None:
 
 
 async def install(tx: Any) -> None:
-    """Make the database's recall index what this module expects: the text
-    search configuration, and every project's table built with it.  Run by
-    the driver after the schema's migrations, under their lock; a database
-    already at `INDEX_VERSION` is left alone.  Older tables are rebuilt from
-    the trusted entries, so an upgrade changes the
-    ranking, never the entries."""
+    """The text search configuration, and every project's table built as
+    `INDEX_VERSION` says (older ones rebuilt from the trusted entries): run by
+    the driver after the migrations, under their lock."""
     row = await tx.one("SELECT value FROM meta WHERE key = 'recall_index'")
     if row is not None and row["value"] == INDEX_VERSION:
         return

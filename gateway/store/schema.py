@@ -263,15 +263,9 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
         4,
         [
-            # Recall's semantic stage (gateway/recall/semantic.py).  A row exists
-            # exactly while its entry is trusted: the transaction that moves an
-            # entry into trust inserts it (model and vector NULL, a placeholder)
-            # and the one that takes it out deletes it.  The model runs outside
-            # every transaction, so a background fill replaces the placeholder
-            # by a row with the vector (a fresh id: the id is how a process
-            # notices its cached matrix is stale); a fill that comes after a
-            # demotion finds no placeholder and writes nothing.  The v1 table
-            # was filled by a background job only, so it is rebuilt.
+            # Recall's vectors: a row exactly while its entry is trusted, written
+            # by the trust move as a placeholder (model and vector NULL) that the
+            # background fill completes.  The v1 table is rebuilt.
             "DROP TABLE IF EXISTS entry_vectors",
             """CREATE TABLE entry_vectors (
                 id {ID},
@@ -349,11 +343,8 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
         8,
         [
-            # Each project's recall generation: bumped in the transaction of
-            # any change to what recall shows of the project, the one key a
-            # process may keep derived data under (gateway/store/recall_index.py).
-            # rows and tokens: the size of the project's index, for BM25 on
-            # PostgreSQL (FTS5 keeps its own; they stay 0 on SQLite).
+            # Each project's recall generation (gateway/store/recall_index.py),
+            # and its index's size for BM25 on PostgreSQL (0 on SQLite).
             "CREATE TABLE IF NOT EXISTS recall_index (project_id {INT} PRIMARY KEY, generation {INT} NOT NULL DEFAULT 0, "
             "rows {INT} NOT NULL DEFAULT 0, tokens {INT} NOT NULL DEFAULT 0)",
             "INSERT INTO recall_index (project_id) SELECT id FROM projects WHERE id NOT IN (SELECT project_id FROM recall_index)",

@@ -32,12 +32,9 @@ from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
 log = logging.getLogger("relayroom.store")
 
 MAX_GROUP = 256
-# The write-ahead log is folded into the database by a connection of its
-# own on a worker thread, after this many commits (SQLite's own automatic
-# checkpoint runs inside the COMMIT that passes 1,000 pages, copying them
-# and syncing the file while every write behind it waits: the slowest
-# recalls were the ones that queued behind it).  A recall commits about six
-# pages, so this is about as often as SQLite would.
+# The write-ahead log is folded into the database by a connection of its own
+# on a worker thread after this many commits (about as often as SQLite would),
+# never inside a COMMIT that every write behind it waits for.
 CHECKPOINT_EVERY = 150
 
 

@@ -112,12 +112,9 @@ TABLES: dict[str, Table] = {
 # signed-in browser of the source hub must not be signed in on the target).
 HUB_TABLES = ("meta", "seen_tokens", "webhook_deliveries", "jwks_refreshes", "dashboard_sessions")
 
-# Derived and rebuilt on the target rather than carried: the recall index
-# and its generation row (in the import's transaction), the embedding vectors (keyed by
-# the store's own entry keys; the background fill embeds every trusted entry
-# that has none) and, on a store that keeps them (SQLite), the recall
-# counters and their fold's mark (the imported result rows are folded in the
-# import's transaction; a PostgreSQL target counts the result rows themselves).
+# Derived and rebuilt on the target rather than carried: the recall index and
+# its generation row, the vectors (the fill embeds the trusted entries again),
+# and SQLite's recall counters (folded from the imported result rows).
 DERIVED_TABLES = ("recall_index", "entry_vectors", "recall_counts", "recall_counts_folded")
 
 # What stands in an exported row for the integer link it replaces.

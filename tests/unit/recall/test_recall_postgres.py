@@ -232,12 +232,12 @@ async def test_recalled_entries_are_one_statement_with_what_entries_by_seqs_read
         return seqs
 
     seqs = await hub.driver.write(extra)
-    one = await hub.driver.read(lambda q: q._recalled_entries(seqs))
+    one = await hub.driver.read(lambda q: q.recalled_entries(seqs))
     three = await hub.driver.read(lambda q: q.entries_by_seqs(seqs))
     assert one == three and len(one) == 3 == len(ids)
     assert [s.issuer for s in one[seqs[0]].supports][-2:] == ["ci", "zed"]
     assert [c.detail for c in one[seqs[1]].contradictions] == [{"why": "stale", "n": [1, 2.5]}, None]
-    assert await hub.driver.read(lambda q: q._recalled_entries([])) == {}
+    assert await hub.driver.read(lambda q: q.recalled_entries([])) == {}
 
 
 async def _seq(hub: Hub, entry_id: str) -> int:
