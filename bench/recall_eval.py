@@ -147,7 +147,8 @@ class Fixture:
             cosines = None
             if stage is not None:
                 vectors = await stage.project_vectors(q, pid)
-                cosines = vectors.matrix @ await stage.embed_query(query.text) if vectors is not None else None
+                held = vectors is not None and vectors.matrix is not None
+                cosines = vectors.matrix @ await stage.embed_query(query.text) if held else None
             return hits, text, cosines
 
         hits, text, cosines = await self.hub.driver.read(stages_said)

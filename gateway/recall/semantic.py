@@ -39,6 +39,11 @@ QUERY_CACHE = 512
 # Matrices kept per process, least recently asked project dropped first:
 # 200k rows of 384 float32 are about 300 MB.
 MAX_CACHED_ROWS = 200_000
+# A project past this many vectors is held by their signs only (48 bytes an
+# entry instead of 1.5 KB): its nearest are picked by those, then ranked by
+# the cosines of the candidates' own vectors, read from the store.
+DENSE_ROWS = 50_000
+SHORTLIST = 8  # candidates read per nearest entry wanted, for a project held by signs
 PAGE = 5000  # vector rows read at once when a matrix is loaded
 
 
@@ -111,13 +116,18 @@ class ProjectVectors:
     generation: int  # the project's recall generation it was read at
     seqs: Any  # numpy int64 array
     kinds: list[str]
-    matrix: Any  # (n, dimension) float32, unit rows
+    matrix: Any  # (n, dimension) float32, unit rows; None for a project held by signs
     df: Counter[str] = field(default_factory=Counter)
     row: dict[int, int] = field(default_factory=dict)  # seq -> row of the matrix
+    signs: Any = None  # (n, dimension / 64) uint64: each vector's signs, for a big project
 
     def trim(self, size: int) -> None:
         """Keep the first `size` rows (the ones read), and index them by seq."""
-        self.seqs, self.matrix = self.seqs[:size], self.matrix[:size]
+        self.seqs = self.seqs[:size]
+        if self.matrix is not None:
+            self.matrix = self.matrix[:size]
+        if self.signs is not None:
+            self.signs = self.signs[:size]
         self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
 
     @property
@@ -126,6 +136,30 @@ class ProjectVectors:
 
 
 Nearest = tuple[dict[int, float], list[float], Any]
+
+
+def shortlist(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int) -> list[int]:
+    """For a project held by signs: the seqs of the `k` rows whose signs
+    agree most with the question's (of `kind`)."""
+    import numpy
+
+    query = numpy.packbits(query_vector > 0).view(numpy.uint64)
+    agree = -numpy.bitwise_count(vectors.signs ^ query).sum(axis=1).astype(numpy.int64)
+    if kind is not None:
+        agree = numpy.where(numpy.array([c == kind for c in vectors.kinds]), agree, -(1 << 20))
+    k = min(k, len(agree))
+    return [int(vectors.seqs[i]) for i in numpy.argpartition(-agree, k - 1)[:k] if agree[i] > -(1 << 20)]
+
+
+def cosines(query_vector: Any, rows: list[dict[str, Any]], among: set[int], k: int, also: set[int]) -> tuple[dict[int, float], list[float]]:
+    """The cosines (by seq) of the `k` nearest rows of `among` and of the
+    rows of `also`, and the best two of `among`'s."""
+    import numpy
+
+    found = {int(r["seq"]): float(numpy.frombuffer(r["vector"], dtype=numpy.float32) @ query_vector) for r in rows}
+    best = sorted((seq for seq in found if seq in among), key=lambda seq: -found[seq])
+    keep = set(best[:k]) | also
+    return {seq: c for seq, c in found.items() if seq in keep}, [found[seq] for seq in best[:2]]
 
 
 def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int, similarity: Any = None) -> Nearest:
@@ -200,7 +234,7 @@ class SemanticStage:
     def _embed_and_rank(self, text: str, project_id: int, kind: str | None, k: int) -> QueryVector:
         vector = self._query_vector(text)
         cached = self._projects.get(project_id)  # one dict lookup: safe beside the loop's own use
-        if cached is None:
+        if cached is None or cached.matrix is None:
             return QueryVector(vector)
         return QueryVector(vector, cached, nearest(cached, vector, kind, k))
 
@@ -250,7 +284,11 @@ class SemanticStage:
         if not count:
             return None
         np = self.encoder._numpy
-        loaded = ProjectVectors(generation, np.empty(count, np.int64), [], np.empty((count, self.encoder.dimension), np.float32))
+        dense = count <= DENSE_ROWS
+        loaded = ProjectVectors(generation, np.empty(count, np.int64), [],
+                                np.empty((count, self.encoder.dimension), np.float32) if dense else None)
+        if not dense:
+            loaded.signs = np.empty((count, self.encoder.dimension // 64), np.uint64)
         after, at = 0, 0
         while at < count:
             rows = await read(lambda x, after=after, at=at: x.project_vectors(project_id, self.model_id, after, min(PAGE, count - at)))
@@ -270,7 +308,11 @@ class SemanticStage:
     def _fill_matrix(self, loaded: ProjectVectors, at: int, rows: list[dict[str, Any]]) -> None:
         np = self.encoder._numpy
         for i, r in enumerate(rows, at):
-            loaded.matrix[i] = np.frombuffer(r["vector"], dtype=np.float32)
+            vector = np.frombuffer(r["vector"], dtype=np.float32)
+            if loaded.matrix is not None:
+                loaded.matrix[i] = vector
+            else:
+                loaded.signs[i] = np.packbits(vector > 0).view(np.uint64)
             loaded.seqs[i] = int(r["seq"])
             loaded.kinds.append(str(r["kind"]))
             loaded.df.update(set(words(f"{r['statement']} {r['evidence'] or ''}")))

@@ -17,7 +17,7 @@ from typing import Any
 from gateway.knowledge.model import Entry
 from gateway.recall import fusion
 from gateway.recall.query import plan
-from gateway.recall.semantic import QueryVector, SemanticStage, nearest
+from gateway.recall.semantic import SHORTLIST, QueryVector, SemanticStage, cosines, nearest, shortlist
 
 CANDIDATES = 30  # from each side, before fusion picks the `limit` best
 HEADROOM = 60  # lexical candidates read for the kind hints to reorder
@@ -74,16 +74,23 @@ async def fused(
     vectors = await stage.project_vectors(q, project_id)
     if vectors is None:  # no vector yet (a new project, or the fill is still running)
         return _calibrated(text, await _live(q, hits[:limit], kind, now))
-    if query.on is vectors and query.nearest is not None:
-        cosine, top, similarity = query.nearest
+    if vectors.matrix is None:
+        # Held by signs: the shortlist's and the lexical candidates' own
+        # vectors, read in this snapshot, give the cosines.
+        among = set(await asyncio.to_thread(shortlist, vectors, query.vector, kind, CANDIDATES * SHORTLIST))
+        lexical = {seq for seq, _ in hits}
+        rows = await q.vectors_of(sorted(among | lexical), stage.model_id)
+        cosine, top = cosines(query.vector, rows, among, CANDIDATES, lexical)
     else:
-        # The matrix changed since (or was not cached): a matrix product
-        # over the project's rows, on a worker thread like the model.
-        cosine, top, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
-    rows = vectors.row
-    for seq, _ in hits:
-        if seq not in cosine and seq in rows:
-            cosine[seq] = float(similarity[rows[seq]])
+        if query.on is vectors and query.nearest is not None:
+            cosine, top, similarity = query.nearest
+        else:
+            # The matrix changed since (or was not cached): a matrix product
+            # over the project's rows, on a worker thread like the model.
+            cosine, top, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
+        for seq, _ in hits:
+            if seq not in cosine and seq in vectors.row:
+                cosine[seq] = float(similarity[vectors.row[seq]])
     readings = fusion.read(
         text, _text(first) if first is not None else None, [score for _, score in hits[:2]], top, vectors.df, rule
     )

@@ -40,6 +40,10 @@ class VectorQueries(QueryBase):
             project_id, model, after, limit,
         )
 
+    async def vectors_of(self, seqs: list[int], model: str) -> list[dict[str, Any]]:
+        marks = ", ".join("?" for _ in seqs) or "NULL"
+        return await self.tx.all(f"SELECT seq, vector FROM entry_vectors WHERE seq IN ({marks}) AND model = ?", *seqs, model)
+
     async def pending_vectors(self, model: str, limit: int) -> list[dict[str, Any]]:
         """Trusted entries whose vector is missing or made by another model."""
         sql = (

@@ -413,3 +413,35 @@ async def test_the_fill_jobs_look_for_placeholders_reads_index_ranges_only(tmp_p
     for plan in plans:
         steps = [row["detail"] for row in plan]
         assert not any(step.startswith("SCAN") for step in steps), steps
+
+
+async def test_a_big_project_held_by_signs_answers_as_the_full_matrix_does(
+    semantic_hub: Hub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past DENSE_ROWS a project's vectors are held by their signs (48 bytes
+    an entry): the shortlist's own vectors, read in the recall's snapshot,
+    rank it.  Same answers, the same scores (to float32 sums), on this small project."""
+    from gateway.recall import semantic
+
+    hub = semantic_hub
+    stage = hub.recall.semantic
+    assert stage is not None
+    owner, _ = await _fill(hub)
+    await stage.fill_all(hub.driver)
+    questions = ["which shared lock did we pick for queued work", "E0463", "when is the staging database wiped",
+                 "tests stall forever when the container engine is missing"]
+
+    async def answers() -> list[list[tuple[str, float]]]:
+        stage.forget()
+        out = []
+        for question in questions:
+            _, found = await hub.recall.recall(owner, question)
+            out.append([(e.id, round(s, 5)) for e, s in found])
+        return out
+
+    dense = await answers()
+    monkeypatch.setattr(semantic, "DENSE_ROWS", 0)
+    held = await answers()
+    project = await hub.driver.read(lambda q: stage.project_vectors(q, owner.project.id))
+    assert project.matrix is None and project.signs.shape == (len(ENTRIES), 6)
+    assert held == dense
