@@ -128,7 +128,8 @@ class ProjectVectors:
             self.matrix = self.matrix[:size]
         if self.signs is not None:
             self.signs = self.signs[:size]
-        self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
+        else:  # held by signs, a project's vectors are read back by seq: no index needed
+            self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
 
     @property
     def size(self) -> int:
@@ -144,7 +145,9 @@ def shortlist(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: i
     import numpy
 
     query = numpy.packbits(query_vector > 0).view(numpy.uint64)
-    agree = -numpy.bitwise_count(vectors.signs ^ query).sum(axis=1).astype(numpy.int64)
+    agree = numpy.empty(len(vectors.signs), numpy.int64)
+    for start in range(0, len(agree), 8192):  # in slices: small temporaries, whatever the project's size
+        agree[start:start + 8192] = -numpy.bitwise_count(vectors.signs[start:start + 8192] ^ query).sum(axis=1)
     if kind is not None:
         agree = numpy.where(numpy.array([c == kind for c in vectors.kinds]), agree, -(1 << 20))
     k = min(k, len(agree))
