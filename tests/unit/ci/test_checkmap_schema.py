@@ -121,7 +121,8 @@ def test_quickstart_writes_a_map_that_passes_both_with_the_schema_beside_it(tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")}
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "quickstart", "--port", str(free_port())], env=env,
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    demo, beside = tmp_path / "checkmaps" / "demo.yaml", tmp_path / "checkmaps" / "checkmap.schema.json"
+    maps = tmp_path / ".relayroom" / "checkmaps"
+    demo, beside = maps / "demo.yaml", maps / "checkmap.schema.json"
     try:
         deadline = time.monotonic() + 30
         while not (demo.exists() and beside.exists() and beside.stat().st_size):
