@@ -14,6 +14,7 @@ MODULES = (
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: Any, store: Any) -> None:
+    """`store` is the parent parser holding `--database-url`, for commands that open the store."""
     for name in MODULES:
-        importlib.import_module(name).register(sub)
+        importlib.import_module(name).register(sub, store)

@@ -56,12 +56,12 @@ async def _import(hub: Hub, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
-    export = sub.add_parser("export", help="write a project (entries, supports, audit, ...) as JSON Lines")
+def register(sub: Any, store: Any) -> None:
+    export = sub.add_parser("export", parents=[store], help="write a project (entries, supports, audit, ...) as JSON Lines")
     export.add_argument("--project", required=True, metavar="SLUG")
     export.add_argument("--output", default=None, metavar="FILE", help="default: standard output")
     export.set_defaults(func=run_with_hub(_export))
 
-    imp = sub.add_parser("import", help="read a project exported by `relayroom export` into this hub")
+    imp = sub.add_parser("import", parents=[store], help="read a project exported by `relayroom export` into this hub")
     imp.add_argument("--input", default=None, metavar="FILE", help="default: standard input")
     imp.set_defaults(func=run_with_hub(_import))
