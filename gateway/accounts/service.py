@@ -146,6 +146,9 @@ class Accounts:
         """The principal behind a bearer token, or 401."""
         if not secret or len(secret) > tokens.MAX_TOKEN_CHARS:
             raise Unauthorized("the bearer token is not valid for this gateway", code="invalid_token")
+        unexpanded = tokens.placeholder_message(secret)
+        if unexpanded is not None:
+            raise Unauthorized(unexpanded, code="invalid_token")
         row = await read_statement(self.driver, lambda q: q.token_by_hash(tokens.digest(secret)))
         if row is None or row["revoked_at"] is not None or not tokens.matches(secret, row["token_hash"]):
             raise Unauthorized("the bearer token is not valid for this gateway (unknown or revoked)", code="invalid_token")

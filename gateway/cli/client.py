@@ -3,7 +3,8 @@
 A client of a running gateway (not of the database): the same REST routes an
 HTTP client would call, so the same rule and the same audit apply.
 
-    RELAYROOM_URL      the gateway (default http://127.0.0.1:8750)
+    RELAYROOM_URL      the gateway's base URL (default http://127.0.0.1:8750;
+                       its MCP endpoint, ending in /mcp, names the same gateway)
     RELAYROOM_TOKEN    a project token (read for recall/used, write for learn,
                        owner for confirm/refute)
     RELAYROOM_PROJECT  optional: the project slug; without it the client asks
@@ -26,6 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
+from gateway.accounts.tokens import is_placeholder
 from gateway.cli.main import CommandError
 
 DEFAULT_URL = "http://127.0.0.1:8750"
@@ -95,13 +97,30 @@ def _refusal(response: httpx.Response) -> str:
         return f"the gateway answered HTTP {response.status_code}"
 
 
-def client_from_env(args: argparse.Namespace) -> GatewayClient:
+def token_from_env() -> str:
     token = os.environ.get("RELAYROOM_TOKEN", "").strip()
     if not token:
         raise CommandError("set RELAYROOM_TOKEN to a project token (relayroom token create ...)")
-    url = args.url or os.environ.get("RELAYROOM_URL") or DEFAULT_URL
+    if is_placeholder(token):
+        raise CommandError(
+            f"RELAYROOM_TOKEN is {token}, which looks like a placeholder that was not expanded: "
+            "set it to the token itself (export RELAYROOM_TOKEN=rr_...)"
+        )
+    return token
+
+
+def base_url(url: str | None) -> str:
+    """The gateway's base URL, from a flag or RELAYROOM_URL.  The MCP
+    endpoint (`.../mcp`, as an agent's configuration names it) is taken as
+    the gateway it belongs to."""
+    url = (url or os.environ.get("RELAYROOM_URL") or "").strip().rstrip("/") or DEFAULT_URL
+    return url[: -len("/mcp")] if url.endswith("/mcp") else url
+
+
+def client_from_env(args: argparse.Namespace) -> GatewayClient:
+    token = token_from_env()
     project = args.project or os.environ.get("RELAYROOM_PROJECT") or None
-    return GatewayClient(url, token, project)
+    return GatewayClient(base_url(args.url), token, project)
 
 
 def _emit_json(payload: Any) -> None:
@@ -200,10 +219,10 @@ def cmd_used(args: argparse.Namespace) -> int:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
     parser.add_argument("--project", default=None, help="project slug (default RELAYROOM_PROJECT, else asked of the gateway)")
-    parser.add_argument("--url", default=None, help=f"gateway URL (default RELAYROOM_URL or {DEFAULT_URL})")
+    parser.add_argument("--url", default=None, help=f"the gateway's base URL (default: $RELAYROOM_URL, else {DEFAULT_URL})")
 
 
-def register(sub: Any) -> None:
+def register(sub: Any, store: Any) -> None:
     recall = sub.add_parser("recall", help="ask a running gateway for trusted knowledge (RELAYROOM_URL, RELAYROOM_TOKEN)")
     recall.add_argument("query", help="what you are about to do, in your own words")
     recall.add_argument("--kind", choices=["fact", "convention", "pitfall", "decision"], default=None)

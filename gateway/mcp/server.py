@@ -32,6 +32,7 @@ from opentelemetry import trace
 from pydantic import AnyHttpUrl
 
 from gateway import __version__
+from gateway.accounts.tokens import placeholder_message
 from gateway.mcp.auth import ProjectTokenVerifier
 from gateway.mcp.errors import prompt_error, tool_error_result, unknown_resource
 from gateway.web.inputs import API_BODY_LIMIT
@@ -155,18 +156,24 @@ class ContractErrorBodies:
                 chunks.append(message.get("body", b""))
                 if message.get("more_body", False):
                     return
-                await _send_rewritten(send, held["start"], b"".join(chunks), _has_authorization(scope))
+                await _send_rewritten(send, held["start"], b"".join(chunks), _credential(scope))
                 return
             await send(message)
 
         await self.app(scope, receive, capture)
 
 
-def _has_authorization(scope: Any) -> bool:
-    return any(k.lower() == b"authorization" for k, _ in scope.get("headers", []))
+def _credential(scope: Any) -> str | None:
+    """The bearer token the request carried ("" for an Authorization header
+    of another form), None when it carried no Authorization header."""
+    for key, value in scope.get("headers", []):
+        if key.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return None
 
 
-async def _send_rewritten(send: Any, start: Any, body: bytes, sent_credential: bool) -> None:
+async def _send_rewritten(send: Any, start: Any, body: bytes, credential: str | None) -> None:
     status = start["status"]
     try:
         parsed = json.loads(body) if body else None
@@ -176,10 +183,11 @@ async def _send_rewritten(send: Any, start: Any, body: bytes, sent_credential: b
         new_body = body  # already the contract's shape, or a JSON-RPC error: leave it
     else:
         code, message = _REFUSALS[status]
-        if status == 401 and sent_credential:
+        if status == 401 and credential is not None:
             # The SDK answers "invalid_token" for both a missing and an unknown
             # token; whether a header came tells them apart.
-            code, message = "invalid_token", "the bearer token is not valid for this gateway (unknown or revoked)"
+            unexpanded = placeholder_message(credential)
+            code, message = "invalid_token", unexpanded or "the bearer token is not valid for this gateway (unknown or revoked)"
         new_body = json.dumps({"error": {"code": code, "message": message}}).encode()
     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
     headers += [(b"content-type", b"application/json"), (b"content-length", str(len(new_body)).encode())]

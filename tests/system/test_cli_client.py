@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+import httpx
 import pytest
 
 from gateway.cli.main import main
@@ -145,3 +146,31 @@ def test_owner_confirms_and_refutes_through_the_client(
     as_agent(acme_live.reader, "acme")
     code, out, _ = run(capsys, "recall", "staging database reset", "--json")
     assert json.loads(out)["entries"] == []
+
+
+@pytest.mark.parametrize("placeholder", ["${RELAYROOM_TOKEN}", "$RELAYROOM_TOKEN", "%RELAYROOM_TOKEN%"])
+def test_an_unexpanded_token_is_named_a_placeholder_by_the_cli_and_the_gateway(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str], placeholder: str
+) -> None:
+    as_agent(placeholder)
+    code, out, err = run(capsys, "recall", "x")
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"RELAYROOM_TOKEN is {placeholder}, which looks like a placeholder that was not expanded" in err
+    # An HTTP client, or an MCP client whose configuration kept the placeholder.
+    headers = {"Authorization": f"Bearer {placeholder}", "Accept": "application/json, text/event-stream"}
+    for answer in (httpx.get(f"{live_server.url}/v1/whoami", headers=headers),
+                   httpx.post(f"{live_server.url}/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})):
+        assert answer.status_code == 401
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_token" and "looks like a placeholder that was not expanded" in error["message"]
+        assert placeholder in error["message"]
+
+
+def test_the_mcp_endpoint_is_taken_as_the_gateway_it_belongs_to(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    as_agent(acme_live.writer)
+    monkeypatch.setenv("RELAYROOM_URL", f"{live_server.url}/mcp/")
+    code, out, err = run(capsys, "learn", "-q", "fact", "The MCP URL names the same gateway.")
+    assert code == 0 and out.startswith("kn_"), err
