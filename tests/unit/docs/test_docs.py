@@ -23,3 +23,27 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert block[1].startswith("./scripts/test")
     assert (ROOT / "scripts" / "test").stat().st_mode & 0o111
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_inspector_the_docs_name_is_the_one_the_tests_run() -> None:
+    import re
+
+    pinned = {
+        name: set(re.findall(r"@modelcontextprotocol/inspector@([0-9.]+)", (ROOT / name).read_text()))
+        for name in ("README.md", "docs/mcp.md", "scripts/test")
+    }
+    assert all(len(versions) == 1 for versions in pinned.values()), pinned
+    assert len(set.union(*pinned.values())) == 1, pinned
+    for name in ("README.md", "docs/mcp.md"):  # never an unpinned npx line
+        assert not re.search(r"npx( -y)? @modelcontextprotocol/inspector(?!@)", (ROOT / name).read_text()), name
+
+
+def test_every_extra_the_docs_name_exists() -> None:
+    import re
+    import tomllib
+
+    extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for named in re.findall(r"\.\[([a-z0-9_,-]+)\]", page.read_text()):
+            for extra in named.split(","):
+                assert extra in extras, f"{page.name} names the extra [{extra}], which pyproject.toml does not define"
