@@ -11,6 +11,7 @@ MODULES = (
     "gateway.cli.client",
     "gateway.cli.transfer",
     "gateway.cli.mcp_stdio",
+    "gateway.cli.ci_init",
 )
 
 

@@ -281,8 +281,12 @@ async def test_an_empty_checks_page_shows_the_map_and_the_workflow_step(client: 
     snippet = re.search(r'<pre class="snippet" data-snippet="checkmap">(.*?)</pre>', page, re.S).group(1)  # type: ignore[union-attr]
     assert "project: acme" in snippet and "provider: github-actions" in snippet and candidate in snippet
     step = re.search(r'<pre class="snippet" data-snippet="workflow">(.*?)</pre>', page, re.S).group(1)  # type: ignore[union-attr]
-    assert "id-token: write" in step and "deploy/github-action" in step and "outcome: ${{ job.status }}" in step
+    assert "id-token: write" in step and "outcome: ${{ job.status }}" in step
+    assert "uses: ./.github/actions/relayroom-attest" in step and "relayroom ci init github" in page
     assert "gateway-url: http://127.0.0.1:8750" in step
+    # A runner on the internet cannot post to this machine: the page says so, and where to read how.
+    warning = re.search(r'data-warning="gateway-url">(.*?)</p>', page, re.S).group(1)  # type: ignore[union-attr]
+    assert "a CI runner cannot reach it" in warning and "https" in warning and "docs/deployment.md" in warning
 
 
 async def test_checks_name_issuers_as_people_do_and_link_each_run(client: Any, acme: Any, hub: Any, checkmap_dir: Any) -> None:
