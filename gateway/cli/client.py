@@ -1,4 +1,4 @@
-"""`relayroom recall | learn | used | confirm | refute`: a client for shells and hooks.
+"""`relayroom recall | learn | used | entries | confirm | refute`: a client for shells and hooks.
 
 A client of a running gateway (not of the database): the same REST routes an
 HTTP client would call, so the same rule and the same audit apply.
@@ -28,10 +28,13 @@ from urllib.parse import quote
 import httpx
 
 from gateway.accounts.tokens import is_placeholder
-from gateway.cli.main import CommandError
+from gateway.cli.main import CommandError, print_table
 
 DEFAULT_URL = "http://127.0.0.1:8750"
 TIMEOUT = 15.0
+PAGE = 200  # the API's largest page
+STATES = ["candidate", "trusted", "contradicted", "retired"]
+KINDS = ["fact", "convention", "pitfall", "decision"]
 
 
 class GatewayClient:
@@ -77,6 +80,21 @@ class GatewayClient:
         if ttl_days is not None:
             body["ttl_days"] = ttl_days
         return self._call("POST", f"{self.project_path()}/entries", json=body).json()
+
+    def entries(self, state: str | None, kind: str | None) -> list[dict[str, Any]]:
+        """Every entry the token may see, newest first, page after page."""
+        params: dict[str, Any] = {"limit": PAGE}
+        if state:
+            params["state"] = state
+        if kind:
+            params["kind"] = kind
+        found: list[dict[str, Any]] = []
+        while True:
+            page = self._call("GET", f"{self.project_path()}/entries", params=params).json()
+            found.extend(page["entries"])
+            if not page.get("next_cursor"):
+                return found
+            params["cursor"] = page["next_cursor"]
 
     def confirm(self, entry_id: str) -> dict[str, Any]:
         return self._call("POST", f"{self.project_path()}/entries/{quote(entry_id, safe='')}/confirm").json()
@@ -177,6 +195,24 @@ def cmd_learn(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_entries(args: argparse.Namespace) -> int:
+    client = client_from_env(args)
+    try:
+        entries = client.entries(args.state, args.kind)
+    finally:
+        client.close()
+    if args.json:
+        _emit_json(entries)
+        return 0
+    if not entries:
+        which = " ".join(filter(None, [args.state, args.kind]))
+        print(f"no {which + ' ' if which else ''}entries this token may see", file=sys.stderr)
+        return 0
+    print_table(["ID", "STATE", "KIND", "STATEMENT"],
+                [[e["id"], e["state"], e["kind"], _one_line(e["statement"])] for e in entries])
+    return 0
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
     client = client_from_env(args)
     try:
@@ -225,19 +261,27 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def register(sub: Any, store: Any) -> None:
     recall = sub.add_parser("recall", help="ask a running gateway for trusted knowledge (RELAYROOM_URL, RELAYROOM_TOKEN)")
     recall.add_argument("query", help="what you are about to do, in your own words")
-    recall.add_argument("--kind", choices=["fact", "convention", "pitfall", "decision"], default=None)
+    recall.add_argument("--kind", choices=KINDS, default=None)
     recall.add_argument("--limit", type=int, default=None, help="1 to 50 (default 10)")
     _common(recall)
     recall.set_defaults(func=cmd_recall)
 
     learn = sub.add_parser("learn", help="propose an entry to a running gateway; it stays a candidate until confirmed")
-    learn.add_argument("kind", choices=["fact", "convention", "pitfall", "decision"])
+    learn.add_argument("kind", choices=KINDS)
     learn.add_argument("statement", help="one self-contained sentence")
     learn.add_argument("--evidence", default=None, help="how you know (a file, a command, a link)")
     learn.add_argument("--ttl-days", dest="ttl_days", type=float, default=None, help="expire after this many days")
     learn.add_argument("-q", "--quiet", action="store_true", help="print only the entry's id (ID=$(relayroom learn -q ...))")
     _common(learn)
     learn.set_defaults(func=cmd_learn)
+
+    entries = sub.add_parser(
+        "entries", help="list the entries RELAYROOM_TOKEN may see: id, state, kind, statement (an owner sees every entry)"
+    )
+    entries.add_argument("--state", choices=STATES, default=None, help="only this state (default: every state)")
+    entries.add_argument("--kind", choices=KINDS, default=None, help="only this kind (default: every kind)")
+    _common(entries)
+    entries.set_defaults(func=cmd_entries)
 
     confirm = sub.add_parser("confirm", help="as an owner: promote an entry to trusted (an owner token in RELAYROOM_TOKEN)")
     confirm.add_argument("entry_id")

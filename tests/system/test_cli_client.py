@@ -174,3 +174,26 @@ def test_the_mcp_endpoint_is_taken_as_the_gateway_it_belongs_to(
     monkeypatch.setenv("RELAYROOM_URL", f"{live_server.url}/mcp/")
     code, out, err = run(capsys, "learn", "-q", "fact", "The MCP URL names the same gateway.")
     assert code == 0 and out.startswith("kn_"), err
+
+
+def test_entries_lists_what_the_token_may_see(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_agent(acme_live.writer)
+    waiting = run(capsys, "learn", "-q", "pitfall", "The pooler cannot do\nprepared statements.")[1].strip()
+    trusted = run(capsys, "learn", "-q", "convention", "Migrations are named YYYYMMDD_description.sql.")[1].strip()
+    confirm(live_server, trusted)
+
+    as_agent(acme_live.owner)
+    code, out, err = run(capsys, "entries", "--state", "candidate")
+    rows = [line.split(None, 3) for line in out.splitlines()]
+    assert code == 0 and rows == [["ID", "STATE", "KIND", "STATEMENT"],
+                                  [waiting, "candidate", "pitfall", "The pooler cannot do prepared statements."]], err
+    code, out, _ = run(capsys, "entries", "--json")
+    assert [e["id"] for e in json.loads(out)] == [trusted, waiting]
+
+    as_agent(acme_live.reader)  # a reader sees trusted entries only, and no other principal's candidate
+    code, out, _ = run(capsys, "entries")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [trusted]
+    code, out, err = run(capsys, "entries", "--state", "contradicted")
+    assert code == 0 and out == "" and err.strip() == "no contradicted entries this token may see"
