@@ -155,13 +155,16 @@ class Knowledge:
         self,
         principal: Principal,
         *,
-        state: str | None = None,
+        state: str | tuple[str, ...] | None = None,
         kind: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
         text: str | None = None,
     ) -> tuple[list[Entry], str | None]:
-        validate_state(state)
+        """A page of entries, newest first, in `state` (one, or any of several; every state when None)."""
+        states = (state,) if isinstance(state, str) else tuple(state or ())
+        for one in states:
+            validate_state(one)
         if kind is not None:
             validate_kind(kind)
         validate_page_limit(limit)
@@ -172,7 +175,7 @@ class Knowledge:
             lambda q: q.list_entries(
                 principal.project.id,
                 now,
-                state=state,
+                states=states,
                 kind=kind,
                 visible_to=visible_to,
                 text=text,

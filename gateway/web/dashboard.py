@@ -38,6 +38,7 @@ from gateway.web.dashboard_review import routes as review_routes
 from gateway.web.dashboard_tokens import routes as token_routes
 from gateway.web.html import STATIC_DIR, page
 from gateway.web.inputs import hub_of, query_str
+from gateway.web.labels import mapped_checks
 from gateway.web.session import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -53,6 +54,8 @@ from gateway.web.session import (
 )
 
 PAGE_SIZE = 50
+REVIEW_SIZE = 20  # candidates shown above the rest; the state filter pages through all of them
+REVIEWED = tuple(s for s in trust.STATES if s != "candidate")
 AUDIT_PAGE_SIZE = 100
 AUDIT_ACTIONS = (
     "learn", "support", "promote", "override", "contradict", "rate_limited", "retire",
@@ -156,8 +159,17 @@ async def knowledge(request: Request) -> Response:
     kind = query_str(request, "kind", 20)
     text = query_str(request, "q", 200)
     cursor = query_str(request, "cursor", 64)
+    # Unfiltered, the tab is a review queue: the candidates waiting for the
+    # owner first, then every other entry, each list newest first.  A filter
+    # shows one list of what it selects.
+    queue = not (state or kind or text)
+    review: list[Any] = []
+    more_to_review = False
+    if queue and cursor is None:
+        review, rest = await hub.knowledge.list(principal, state="candidate", limit=REVIEW_SIZE)
+        more_to_review = rest is not None
     entries, next_cursor = await hub.knowledge.list(
-        principal, state=state, kind=kind, limit=PAGE_SIZE, cursor=cursor, text=text
+        principal, state=REVIEWED if queue else state, kind=kind, limit=PAGE_SIZE, cursor=cursor, text=text
     )
     project = principal.project
     counts = await hub.ledger.counts(principal)
@@ -165,8 +177,12 @@ async def knowledge(request: Request) -> Response:
         request,
         session,
         "knowledge",
+        queue=queue,
+        review=review,
+        more_to_review=more_to_review,
         entries=entries,
         next_cursor=next_cursor,
+        mapped_checks=mapped_checks(hub.checkmaps, project.slug),
         filters={"state": state or "", "kind": kind or "", "q": text or ""},
         paged=cursor is not None,
         counts=counts,
@@ -194,6 +210,7 @@ async def entry_page(request: Request) -> Response:
         session,
         "knowledge",
         entry=entry,
+        mapped_checks=mapped_checks(hub.checkmaps, project.slug),
         audit_rows=rows,
         returned=returned,
         used=used,
@@ -241,6 +258,7 @@ async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: G
         live=live,
         blocked_until=until,
         back=back,
+        kinds=trust.KINDS,
     )
     return page("confirm_refused.html", ctx, status=exc.status)
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, pass_context, select_autoescape
 from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from gateway.core.clock import to_date, to_rfc3339
 from gateway.core.errors import GatewayError
+from gateway.knowledge.trust import blocked_until
 from gateway.web.audit_text import contradiction_reason, describe
 from gateway.web.errors import gateway_error_response
 from gateway.web.labels import SETTING_LABELS, plural
@@ -103,6 +104,17 @@ def _http_url(value: Any) -> str | None:
     return value
 
 
+@pass_context
+def _audit_text(context: Any, row: dict[str, Any]) -> str:
+    """An audit row as a sentence, issuers named as the page names them (the check map's labels)."""
+    return describe(row.get("action", ""), row.get("detail"), context.get("issuer_label"))
+
+
+def _blocked_until(entry: Any, now: float) -> float | None:
+    """Until when a live contradiction blocks an owner's confirm of `entry` (None: it does not)."""
+    return blocked_until([c.to_rule() for c in entry.contradictions], now)
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(str(TEMPLATES_DIR)),
@@ -119,7 +131,8 @@ def _environment() -> Environment:
     env.filters["soft_breaks"] = _soft_breaks
     env.filters["http_url"] = _http_url
     env.filters["contradiction_reason"] = contradiction_reason
-    env.filters["audit_text"] = lambda row: describe(row.get("action", ""), row.get("detail"))
+    env.filters["audit_text"] = _audit_text
+    env.filters["blocked_until"] = _blocked_until
     env.globals["setting_labels"] = SETTING_LABELS
     return env
 

@@ -56,11 +56,23 @@ def issuer_label(identity: str, bindings: Iterable[Binding] = ()) -> str:
     return f"{name} · {', '.join(details)}" if details else name
 
 
+def _map_in_force(registry: Any, slug: str) -> Any:
+    maps = getattr(getattr(registry, "snapshot", None), "maps", None)
+    return maps.get(slug) if isinstance(maps, dict) else None
+
+
 def bindings_of(registry: Any, slug: str) -> tuple[Binding, ...]:
     """The issuer bindings of the check map in force for `slug` (none without a registry)."""
-    maps = getattr(getattr(registry, "snapshot", None), "maps", None)
-    checkmap = maps.get(slug) if isinstance(maps, dict) else None
-    return tuple(getattr(checkmap, "bindings", ()) or ())
+    return tuple(getattr(_map_in_force(registry, slug), "bindings", ()) or ())
+
+
+def mapped_checks(registry: Any, slug: str) -> dict[str, list[str]]:
+    """For each entry id, the checks the check map in force says support it."""
+    named: dict[str, list[str]] = {}
+    for check, rule in sorted((getattr(_map_in_force(registry, slug), "checks", None) or {}).items()):
+        for entry_id in rule.supports:
+            named.setdefault(entry_id, []).append(check)
+    return named
 
 
 def labeller(registry: Any, slug: str) -> Callable[[str], str]:
