@@ -321,3 +321,35 @@ def test_an_owners_day_in_a_real_browser(live_server: Any, page: Any, checkmap_d
 
     assert page.evaluate("window.__owned") is None
     assert page.csp_violations == []  # type: ignore[attr-defined]
+
+
+HARD_WRAPPED = (
+    "# RELAYROOM.md\n\n"
+    "This project keeps its durable knowledge (facts, conventions, pitfalls and\n"
+    "decisions) in the RelayRoom Knowledge Gateway. Read this file at the start of\n"
+    "every session, before you change anything in the repository or its database.\n"
+)
+
+
+def test_the_playbook_keeps_hard_wrapped_lines_whole(live_server: Any, page: Any) -> None:
+    seeded = live_setup(live_server, _seed)
+
+    async def set_playbook(hub: Any) -> None:
+        await hub.accounts.set_playbook(await hub.accounts.authenticate(seeded["tokens"]["owner"]), HARD_WRAPPED)
+
+    live_setup(live_server, set_playbook)
+    _sign_in(page, live_server.url, seeded["tokens"]["owner"])
+    page.goto(f"{live_server.url}/projects/acme/playbook")
+    # Each line of 80 characters is one line on the page: drawn without wrapping, it is as tall.
+    for selector in ("pre.markdown", "textarea[name=playbook]"):
+        heights = page.evaluate(
+            """(selector) => {
+                const el = document.querySelector(selector);
+                const wrapped = el.scrollHeight;
+                el.style.whiteSpace = "pre";
+                const unwrapped = el.scrollHeight;
+                return [wrapped, unwrapped];
+            }""",
+            selector,
+        )
+        assert heights[0] == heights[1], f"{selector} wraps the playbook's lines again: {heights}"
