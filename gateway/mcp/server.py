@@ -179,6 +179,7 @@ async def _send_rewritten(send: Any, start: Any, body: bytes, credential: str | 
         parsed = json.loads(body) if body else None
     except ValueError:
         parsed = None
+    challenge: bytes | None = None
     if isinstance(parsed, dict) and (isinstance(parsed.get("error"), dict) or "jsonrpc" in parsed):
         new_body = body  # already the contract's shape, or a JSON-RPC error: leave it
     else:
@@ -188,9 +189,14 @@ async def _send_rewritten(send: Any, start: Any, body: bytes, credential: str | 
             # token; whether a header came tells them apart.
             unexpanded = placeholder_message(credential)
             code, message = "invalid_token", unexpanded or "the bearer token is not valid for this gateway (unknown or revoked)"
+            # Some clients show only the challenge's description, not the body.
+            challenge = f'Bearer error="invalid_token", error_description="{message}"'.encode("latin-1", "replace")
         new_body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
+    dropped = (b"content-length", b"content-type") + ((b"www-authenticate",) if challenge else ())
+    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in dropped]
     headers += [(b"content-type", b"application/json"), (b"content-length", str(len(new_body)).encode())]
+    if challenge:
+        headers.append((b"www-authenticate", challenge))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": new_body})
 

@@ -164,6 +164,7 @@ def test_an_unexpanded_token_is_named_a_placeholder_by_the_cli_and_the_gateway(
         error = answer.json()["error"]
         assert error["code"] == "invalid_token" and "looks like a placeholder that was not expanded" in error["message"]
         assert placeholder in error["message"]
+    assert "looks like a placeholder that was not expanded" in answer.headers["www-authenticate"]  # the MCP 401's challenge
 
 
 def test_the_mcp_endpoint_is_taken_as_the_gateway_it_belongs_to(
