@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 HERE = Path(__file__).resolve().parent
 EXAMPLE_URL = "https://relayroom.example.com"
 DEPLOYMENT_DOCS = "docs/deployment.md"
+GITHUB_ACTION = ".github/actions/relayroom-attest"  # a local action is a folder holding action.yml
+GITLAB_TEMPLATE = ".gitlab/relayroom-attest.gitlab-ci.yml"
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ steps:
   - run: make {check}
   - name: Tell RelayRoom
     if: always()           # failures are recorded too; they promote nothing
-    uses: ./{STEPS_BY_NAME['github'].target.rsplit('/', 1)[0]}   # written by: relayroom ci init github
+    uses: ./{GITHUB_ACTION}   # written by: relayroom ci init github
     with:
       gateway-url: {gateway_url}
       check: {check}
@@ -54,7 +56,7 @@ def gitlab_usage(gateway_url: str, check: str, audience: str = "relayroom") -> s
     RELAYROOM_CHECK: {check}{extra}"""
     return f"""# .gitlab-ci.yml
 include:
-  - local: {STEPS_BY_NAME['gitlab'].target}   # written by: relayroom ci init gitlab
+  - local: {GITLAB_TEMPLATE}   # written by: relayroom ci init gitlab
 
 attest-{check}:
   extends: .relayroom-attest
@@ -68,8 +70,8 @@ attest-{check}-failed:
 
 
 STEPS = (
-    Step("github", HERE / "github" / "action.yml", ".github/actions/relayroom-attest/action.yml", github_usage),
-    Step("gitlab", HERE / "gitlab" / "relayroom-attest.gitlab-ci.yml", ".gitlab/relayroom-attest.gitlab-ci.yml", gitlab_usage),
+    Step("github", HERE / "github" / "action.yml", f"{GITHUB_ACTION}/action.yml", github_usage),
+    Step("gitlab", HERE / "gitlab" / "relayroom-attest.gitlab-ci.yml", GITLAB_TEMPLATE, gitlab_usage),
 )
 STEPS_BY_NAME = {step.provider: step for step in STEPS}
 
