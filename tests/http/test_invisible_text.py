@@ -349,3 +349,45 @@ async def test_mcp_tools_refuse_invisible_text_and_serve_legacy_text_marked(live
                            *(getattr(m.content, "text", "") for m in prompt.messages)])
         assert marked(TAGGED) in served and served.count(marked(TAGGED)) == 3
         assert not any(0xE0000 <= ord(ch) <= 0xE007F or ch == "\u200b" for ch in served)
+
+
+# -- names match whole ------------------------------------------------------------------------
+
+async def test_slugs_and_principal_names_match_whole(
+    client: httpx.AsyncClient, hub: Any, acme: ProjectTokens
+) -> None:
+    """`$` also matches before a trailing line break: `acme\\n` printed like
+    `acme` and was a project of its own."""
+    from gateway.core.errors import Invalid
+    from gateway.knowledge.transfer import TransferError, export_project, parse
+
+    for slug in ("acme2\n", "beta\n", "\nbeta", "beta\r"):
+        with pytest.raises(Invalid) as refused:
+            await hub.accounts.create_project(slug)
+        assert refused.value.code == "invalid_slug"
+    for name in ("olivia\n", "bot\n", "bot\r\n"):
+        with pytest.raises(Invalid) as refused:
+            await hub.accounts.create_token("acme", "read", name)
+        assert refused.value.code == "invalid_principal"
+    # The dashboard's token form goes through the same check (it trims the
+    # field as forms do, so a line break inside the name is what is left).
+    await login(client, acme.owner)
+    before = await snapshot(hub)
+    csrf = await csrf_for(client, "/projects/acme/tokens")
+    r = await client.post("/projects/acme/tokens", data={"name": "bot\nolivia", "level": "write", "csrf_token": csrf}, headers=HTML)
+    assert r.status_code == 422 and "line break" in r.text
+    assert await snapshot(hub) == before
+    # An import refuses such names too.
+    records = await export_project(hub.driver, hub.clock, "acme")
+    for field, value in (("slug", "acme\n"), ("principal", "olivia\n")):
+        changed = []
+        for record in records:
+            record = dict(record)
+            if field == "slug" and record["record"] in ("header", "project"):
+                record["project" if record["record"] == "header" else "slug"] = value
+            if field == "principal" and record["record"] == "token" and record["principal"] == "olivia":
+                record["principal"] = value
+            changed.append(json.dumps(record))
+        with pytest.raises(TransferError) as bad:
+            parse(changed)
+        assert "line break" in str(bad.value)
