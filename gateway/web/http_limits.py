@@ -142,10 +142,12 @@ class Connections:
 _CONNECTIONS: "weakref.WeakKeyDictionary[Any, Connections]" = weakref.WeakKeyDictionary()
 
 
-def connections_of(server_state: Any) -> Connections:
+def connections_of(server_state: Any, cap: int | None) -> Connections:
     found = _CONNECTIONS.get(server_state)
     if found is None:
-        found = _CONNECTIONS[server_state] = Connections(connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+        if cap is None:
+            cap = connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        found = _CONNECTIONS[server_state] = Connections(cap)
     return found
 
 
@@ -209,6 +211,7 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
     max_head_bytes = MAX_HEAD_BYTES
     head_timeout = HEAD_TIMEOUT
     body_timeout = BODY_TIMEOUT
+    max_connections: int | None = None  # None: from the descriptor limit (gateway.core.connections)
 
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -235,7 +238,7 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
         self._heads = 0  # heads completed on this connection
         self._starts = 0  # answers the app began
         self._answers = 0  # requests the app is done with
-        self._connections = connections_of(server_state)
+        self._connections = connections_of(server_state, self.max_connections)
 
     # -- the app, wrapped per connection ---------------------------------------------------------
 
