@@ -33,9 +33,10 @@ def invisible(char: str) -> bool:
 def _invisible_in(text: str) -> frozenset[str]:
     # str.isprintable is False for every character of categories C* (Cc, Cf,
     # Cs, and the unassigned code points, non-characters among them) and Z*
-    # but the space: when it holds, nothing here is invisible, found at C
-    # speed.  Otherwise each distinct character is asked once.
-    if text.isprintable():
+    # but the space: when it holds once tab, line feed and carriage return
+    # are left out, nothing here is invisible, found at C speed.  Otherwise
+    # each distinct character is asked once.
+    if text.isprintable() or text.replace("\n", "").replace("\t", "").replace("\r", "").isprintable():
         return frozenset()
     return frozenset(c for c in set(text) if invisible(c))
 
@@ -97,10 +98,8 @@ def marked_json(value: Any) -> Any:
     itself when nothing needed a marker."""
     if isinstance(value, str):
         return marked(value)
+    if first_invisible_in(value, "") is None:
+        return value
     if isinstance(value, dict):
-        changed = {marked(k) if isinstance(k, str) else k: marked_json(v) for k, v in value.items()}
-        return value if changed == value else changed
-    if isinstance(value, list):
-        items = [marked_json(v) for v in value]
-        return value if items == value else items
-    return value
+        return {marked(k) if isinstance(k, str) else k: marked_json(v) for k, v in value.items()}
+    return [marked_json(v) for v in value]
