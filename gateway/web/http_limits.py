@@ -67,8 +67,8 @@ log = logging.getLogger("relayroom.connections")
 
 MAX_HEAD_BYTES = 128 * 1024  # the same bound `relayroom serve` gives h11
 HEAD_TIMEOUT = 20.0
-SHED_NOTE_SECONDS = 60.0  # at most one log line a minute about shed connections
 BODY_TIMEOUT = 20.0  # from the end of the head; a 64 KiB body takes well under a second on any link
+SHED_NOTE_SECONDS = 60.0  # at most one log line a minute about shed connections
 
 
 def error_bytes(status: int, reason: str, code: str, message: str) -> bytes:

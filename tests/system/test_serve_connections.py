@@ -10,7 +10,9 @@ so, or every answer written in two parts waits for the client's delayed ACK."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import select
 import socket
 import statistics
 import subprocess
@@ -150,42 +152,6 @@ def limited(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], Path]]:
         stop(proc)
 
 
-class Holder:
-    """One client keeping `count` connections that never finish a request
-    head: a connection the server closes is opened again at once."""
-
-    def __init__(self, port: int, count: int) -> None:
-        self.port, self.count = port, count
-        self.held = self.most = self.opened = 0
-        self.stopping = asyncio.Event()
-
-    async def run(self) -> None:
-        tasks = [asyncio.create_task(self._one()) for _ in range(self.count)]
-        await self.stopping.wait()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _one(self) -> None:
-        while not self.stopping.is_set():
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                await asyncio.sleep(0.05)
-                continue
-            writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Never-Ends: ")
-            self.opened += 1
-            self.held += 1
-            self.most = max(self.most, self.held)
-            try:
-                await reader.read()  # until the server closes it
-            except OSError:
-                pass
-            finally:
-                self.held -= 1
-                writer.close()
-
-
 def test_idle_connections_beyond_the_descriptor_limit_do_not_keep_a_new_client_out(
     limited: tuple[str, dict[str, str], Path]
 ) -> None:
@@ -194,14 +160,15 @@ def test_idle_connections_beyond_the_descriptor_limit_do_not_keep_a_new_client_o
     POST are each answered within 2 s (before: none within 5 s)."""
     url, tokens, log_path = limited
     agent = {"Authorization": f"Bearer {tokens['write']}"}
+    holder = subprocess.Popen([sys.executable, "-m", "tests.support.idle_holder", url.rsplit(":", 1)[1], str(HELD)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, preexec_fn=_enough_descriptors,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert holder.stdout is not None
+        assert select.select([holder.stdout], [], [], 30)[0], "the holding client did not open its connections"
+        assert holder.stdout.readline().strip() == "ready"  # all 1,100 opened at least once
 
-    async def scenario() -> tuple[dict[str, tuple[int, float]], Holder]:
-        holder = Holder(int(url.rsplit(":", 1)[1]), HELD)
-        holding = asyncio.create_task(holder.run())
-        try:
-            deadline = time.monotonic() + 8
-            while holder.opened < HELD and time.monotonic() < deadline:  # every one opened at least once
-                await asyncio.sleep(0.05)
+        async def measure() -> dict[str, tuple[int, float]]:
             took: dict[str, tuple[int, float]] = {}
             async with httpx.AsyncClient(base_url=url, timeout=5) as http:
                 for name, method, path, kwargs in (
@@ -216,14 +183,23 @@ def test_idle_connections_beyond_the_descriptor_limit_do_not_keep_a_new_client_o
                     except httpx.HTTPError:
                         status = 0
                     took[name] = (status, time.monotonic() - started)
-            return took, holder
-        finally:
-            holder.stopping.set()
-            await holding
+            return took
 
-    took, holder = asyncio.run(scenario())
-    print(took, holder.opened, holder.most)
-    assert holder.opened >= HELD, holder.opened  # the pressure was real
+        took = asyncio.run(measure())
+    finally:
+        out, _ = holder.communicate(timeout=30)  # closing its stdin lets it go
+    held = json.loads(out.strip().splitlines()[-1])
+    print(took, held)
+    assert held["opened"] >= HELD, held  # the pressure was real
     assert {name: status for name, (status, _) in took.items()} == {"healthz": 200, "recall": 200, "attestation": 401}, took
     assert all(seconds < 2.0 for _, seconds in took.values()), took
     assert "shed so far" in log_path.read_text()
+
+
+def _enough_descriptors() -> None:
+    """The holding client itself needs more than 1,100 descriptors."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096 <= hard or hard == resource.RLIM_INFINITY:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))
