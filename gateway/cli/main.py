@@ -65,7 +65,8 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
     a socket bound here, before anything else starts."""
     import uvicorn
 
-    from gateway.cli.listen import ListenError, listen
+    from gateway.cli.listen import ListenError, listen, raise_descriptor_limit
+    from gateway.core.connections import ACCEPT_BATCH
 
     # Flags override the environment; workers read the environment.
     for flag, env in (("host", "RELAYROOM_HOST"), ("port", "RELAYROOM_PORT"), ("database_url", "RELAYROOM_DATABASE_URL")):
@@ -107,12 +108,16 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
         # httptools bounds neither the size of a request head nor the time to
         # send it; the wrapping protocol in gateway/web/http_limits.py does.
         http=_http_protocol(),
+        # Connections accepted in one pass of the loop, before the protocol
+        # counts them: small enough that accept never runs out of descriptors
+        # (gateway/core/connections.py).
+        backlog=ACCEPT_BATCH,
         timeout_graceful_shutdown=5,
     )
     host, port = sock.getsockname()[:2]
-    logging.getLogger("relayroom.serve").info(
-        "listening on http://%s:%d (Ctrl-C stops)", f"[{host}]" if ":" in host else host, port
-    )
+    log = logging.getLogger("relayroom.serve")
+    log.info("listening on http://%s:%d (Ctrl-C stops)", f"[{host}]" if ":" in host else host, port)
+    log.info("each process may open %d files (connections included)", raise_descriptor_limit())
     # What uvicorn.run does with a socket bound beforehand.
     server = uvicorn.Server(server_config)
     try:

@@ -25,6 +25,7 @@ from gateway.knowledge.inputs import (
     MAX_EVIDENCE,
     MAX_STATEMENT,
     optional_text,
+    refuse_invisible_json,
     validate_expiry,
     validate_kind,
     validate_page_limit,
@@ -422,6 +423,9 @@ class Knowledge:
         type_ = validate_text(type_, "type", MAX_EVENT_TYPE)
         if not isinstance(detail, dict):
             raise Invalid("detail must be a JSON object", code="invalid_field")
+        # An error event's detail is what the owner reads beside the entry it
+        # contradicts, and what agents reading that entry are served.
+        refuse_invisible_json(detail, "detail")
         project = principal.project
         now = self.clock.now()
         target = detail.get("contradicts") if type_ == "error" else None

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TextIO
 
 from gateway.knowledge import trust
-from gateway.knowledge.settings import SETTING_RULES, SLUG, setting_ok
+from gateway.knowledge.settings import PRINCIPAL, PRINCIPAL_RULE, SETTING_RULES, SLUG, SLUG_RULE, setting_ok
 from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.errors import Conflict, NotFound
 from gateway.knowledge.model import LEVELS, Entry, ProjectSettings
@@ -273,8 +273,8 @@ def parse(lines: Iterable[str]) -> _Parsed:
 
 def _parse_project(record: dict[str, Any], where: str) -> dict[str, Any]:
     slug = record.get("slug")
-    if not isinstance(slug, str) or not SLUG.match(slug):
-        raise TransferError(f"{where}: project slug must match {SLUG.pattern}")
+    if not isinstance(slug, str) or not SLUG.fullmatch(slug):
+        raise TransferError(f"{where}: project slug must be {SLUG_RULE}")
     settings = record.get("settings")
     if not isinstance(settings, dict) or set(settings) != set(SETTINGS):
         raise TransferError(f"{where}: settings must hold exactly {', '.join(SETTINGS)}")
@@ -298,8 +298,11 @@ def _check_meaning(kind: str, record: dict[str, Any], where: str) -> None:
             raise TransferError(f"{where}: kind {record['kind']!r} is not one of {', '.join(trust.KINDS)}")
         if record["state"] not in trust.STATES:
             raise TransferError(f"{where}: state {record['state']!r} is not one of {', '.join(trust.STATES)}")
-    elif kind == "token" and record["level"] not in LEVELS:
-        raise TransferError(f"{where}: level {record['level']!r} is not one of {', '.join(LEVELS)}")
+    elif kind == "token":
+        if record["level"] not in LEVELS:
+            raise TransferError(f"{where}: level {record['level']!r} is not one of {', '.join(LEVELS)}")
+        if not PRINCIPAL.fullmatch(record["principal"]):
+            raise TransferError(f"{where}: principal {record['principal']!r} must be {PRINCIPAL_RULE}")
 
 
 async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:

@@ -34,7 +34,7 @@ from pydantic import AnyHttpUrl
 from gateway import __version__
 from gateway.accounts.tokens import placeholder_message
 from gateway.mcp.auth import ProjectTokenVerifier
-from gateway.mcp.errors import prompt_error, tool_error_result, unknown_resource
+from gateway.mcp.errors import prompt_error, tool_error_result, unknown_arguments, unknown_resource
 from gateway.web.inputs import API_BODY_LIMIT
 
 if TYPE_CHECKING:
@@ -63,6 +63,15 @@ class GatewayMCPServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and isinstance(arguments, dict):
+            # The SDK's argument models ignore what they do not name: a typo
+            # (`ttl_day`) would be lost without a word, and `state="trusted"`
+            # would read as if it had been considered.  Refused before the tool
+            # runs, so nothing changes.
+            refusal = unknown_arguments(name, arguments, tool.parameters)
+            if refusal is not None:
+                return refusal
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -219,6 +228,8 @@ def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
         ),
     )
     register_tools(server, hub)
+    for tool in server._tool_manager.list_tools():
+        tool.parameters["additionalProperties"] = False  # published as call_tool enforces it
     register_context(server, hub)
     if not tracing_configured(trace.get_tracer_provider()):
         untraced(server)

@@ -156,7 +156,9 @@ Limit = Annotated[int, Field(description="How many entries at most.", ge=1, le=M
 Statement = Annotated[
     str,
     Field(description="One self-contained sentence another agent can act on without your context, "
-          "e.g. 'Migrations are named YYYYMMDD_description.sql'.", min_length=1, max_length=MAX_STATEMENT),
+          "e.g. 'Migrations are named YYYYMMDD_description.sql'. Only characters a person can see: "
+          "invisible or direction-changing ones (tag characters, zero-width, bidirectional controls) are "
+          "refused (invisible_text).", min_length=1, max_length=MAX_STATEMENT),
 ]
 Evidence = Annotated[
     str | None,

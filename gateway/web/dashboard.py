@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 
 from gateway.knowledge import trust
 from gateway.knowledge.corrections import replaced_id
-from gateway.core.errors import Conflict, Forbidden, GatewayError, Unauthorized
+from gateway.core.errors import Conflict, GatewayError, Unauthorized
 from gateway.accounts.tokens import digest
 from gateway.web.dashboard_base import (
     context,
@@ -48,6 +48,7 @@ from gateway.web.session import (
     end_session,
     form_fields,
     load_session,
+    require_csrf,
     set_cookie,
     signing_key,
     start_session,
@@ -119,15 +120,23 @@ async def login(request: Request) -> Response:
 
 
 @view
+async def logout_page(request: Request) -> Response:
+    """A GET never changes state: it shows the sign-out button (a POST form
+    with the CSRF token).  SameSite cookies do not stop a page on a sibling
+    origin (another port of this host, a sibling subdomain) from loading
+    `<img src=/logout>` with the owner's cookie."""
+    session = await load_session(request)
+    if session is None:
+        return redirect("/login")
+    return page("logout.html", await context(request, session))
+
+
+@view
 async def logout(request: Request) -> Response:
     session = await load_session(request)
-    if request.method == "POST":
-        fields = await form_fields(request)
-        if session is not None and not csrf_ok(await signing_key(hub_of(request)), "form", session.nonce, fields.get("csrf_token")):
-            raise Forbidden("this form is missing its CSRF token; reload the page and try again", code="csrf_failed")
+    fields = await form_fields(request)
     if session is not None:
-        # SameSite=Strict keeps another site's GET from carrying the cookie here,
-        # so a GET sign-out is the owner's own.
+        await require_csrf(request, session, fields)
         await end_session(request, session)
     response = redirect("/login?notice=signed_out")
     clear_cookie(request, response, SESSION_COOKIE)
@@ -303,7 +312,8 @@ routes = [
     Route("/", home, methods=["GET"]),
     Route("/login", login_form, methods=["GET"]),
     Route("/login", login, methods=["POST"]),
-    Route("/logout", logout, methods=["GET", "POST"]),
+    Route("/logout", logout_page, methods=["GET"]),
+    Route("/logout", logout, methods=["POST"]),
     Route(P, project_home, methods=["GET"]),
     *move_routes,
     Route(f"{P}/knowledge", knowledge, methods=["GET"]),

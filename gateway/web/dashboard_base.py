@@ -36,6 +36,8 @@ NOTICES = {
     "bulk_refute": "Refuted {count}: each is now contradicted.",
     "bulk_retire": "Retired {count}: each left recall.",
     "token_revoked": "Revoked: the token no longer works, and any session signed in with it has ended.",
+    "token_secret_gone": "A new token's secret is shown once, on the page the form leads to, and is not kept: "
+    "if it was not copied, revoke that token and make another.",
 }
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import __version__
+from gateway.accounts.service import MAX_PLAYBOOK
+from gateway.core.visible import invisible
 from gateway.knowledge.settings import SETTING_RULES
 from gateway.knowledge.inputs import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
 from gateway.recall.learning import MAX_DAYS
@@ -36,12 +38,37 @@ STRING = {"type": "string"}
 SLUG = "^[a-z0-9][a-z0-9-]{0,62}$"
 
 
+def _invisible_class() -> str:
+    """The characters of the Basic Multilingual Plane that gateway.core.visible
+    refuses, as the ranges of a regular expression class (built from the rule
+    itself; ECMA-262 5.1, the dialect OpenAPI 3.0 names, cannot write a
+    character past U+FFFF, such as a tag character, in a class)."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(0x10000):
+        if invisible(chr(code)):
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1] = (ranges[-1][0], code)
+            else:
+                ranges.append((code, code))
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+
+
+INVISIBLE = _invisible_class()
+VISIBLE_RULE = (
+    "every character visible: one of category Cc other than tab, line feed and carriage return, of category "
+    "Cf (the tag characters U+E0000 to U+E007F, bidirectional embeddings, overrides and isolates, zero-width "
+    "spaces and joiners, the byte order mark), a non-character or a lone surrogate is refused with 422 "
+    "invisible_text, naming the first one and where it stands (the pattern lists those below U+10000)"
+)
+
+
 def text(limit: int) -> S:
-    """A free-text field as the API checks it: something other than
-    whitespace (Python's: \\x1c-\\x1f and \\x85 are whitespace there), no NUL
-    character, at most `limit` characters."""
-    return {"type": "string", "minLength": 1, "maxLength": limit, "description": "not blank, no NUL character",
-            "pattern": "^[^\\u0000]*[^\\s\\u0000\\u001c-\\u001f\\u0085][^\\u0000]*$"}
+    """A free-text field as the API checks it (gateway.knowledge.inputs.validate_text):
+    at most `limit` characters, every one visible, something other than
+    white space (Python's: \\x1c-\\x1f and \\x85 are white space there, and
+    invisible besides)."""
+    return {"type": "string", "minLength": 1, "maxLength": limit, "description": f"not blank; {VISIBLE_RULE}",
+            "pattern": f"^[^{INVISIBLE}]*[^\\s{INVISIBLE}][^{INVISIBLE}]*$"}
 
 
 TIME = {"type": "string", "format": "date-time"}
@@ -258,8 +285,8 @@ def spec() -> S:
             op["requestBody"] = {
                 "required": False,
                 "description": "UTF-8 text, whatever the Content-Type says; an empty body clears the base playbook",
-                "content": {"text/markdown": {"schema": {"type": "string", "maxLength": 60000, "pattern": "^[^\\u0000]*$",
-                                                         "description": "no NUL character"}}},
+                "content": {"text/markdown": {"schema": {"type": "string", "maxLength": MAX_PLAYBOOK, "pattern": f"^[^{INVISIBLE}]*$",
+                                                         "description": VISIBLE_RULE}}},
             }
         elif body is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}

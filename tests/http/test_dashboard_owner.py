@@ -195,7 +195,9 @@ async def test_tokens_are_listed_without_secrets_made_once_and_revoked(client: A
         assert secret not in page and digest(secret) not in page  # neither the secret nor its stored hash
 
     r = await post_form(client, f"{P}/tokens", {"name": "ci-bot", "level": "write"})
-    assert r.status_code == 200
+    assert r.status_code == 303 and r.headers["location"] == f"{P}/tokens/new"  # post/redirect/get
+    assert "rr_" not in r.headers["location"] + r.text
+    r = await client.get(r.headers["location"], headers=HTML)
     secret = re.search(r"<pre class=\"snippet secret\" data-secret>(rr_[^<]+)</pre>", r.text).group(1)  # type: ignore[union-attr]
     assert r.headers["cache-control"] == "no-store"
     learned = await client.post("/v1/projects/acme/entries", json={"kind": "fact", "statement": "The bot works."}, headers=bearer(secret))
@@ -216,6 +218,32 @@ async def test_tokens_are_listed_without_secrets_made_once_and_revoked(client: A
     assert (await post_form(client, f"{P}/tokens/{token_id}/revoke", {})).status_code == 404  # revoked already
     assert (await post_form(client, f"{P}/tokens", {"name": "sneaky", "level": "owner"}, csrf=False)).status_code == 403
     assert await snapshot(hub) == before
+
+
+async def test_the_new_token_page_shows_its_secret_once_and_a_reload_makes_nothing(client: Any, acme: Any, hub: Any) -> None:
+    await login(client, acme.owner)
+    r = await post_form(client, f"{P}/tokens", {"name": "ci-bot", "level": "read"})
+    carried = r.headers["set-cookie"]
+    assert r.status_code == 303 and "rr_new_token=" in carried and f"Path={P}/tokens" in carried
+    assert "httponly" in carried.lower() and "samesite=strict" in carried.lower()
+    before = await snapshot(hub)
+    shown = await client.get(f"{P}/tokens/new", headers=HTML)
+    secret = re.search(r"data-secret>(rr_[^<]+)</pre>", shown.text).group(1)  # type: ignore[union-attr]
+    assert secret not in carried  # sealed, not a copy of the secret
+    # A reload: nothing submitted, no secret shown again, no second token.
+    again = await client.get(f"{P}/tokens/new", headers=HTML)
+    assert again.status_code == 303 and "notice=token_secret_gone" in again.headers["location"]
+    page = (await client.get(again.headers["location"], headers=HTML)).text
+    assert secret not in page and "shown once" in page
+    assert await snapshot(hub) == before
+    tokens = (await hub.accounts.tokens("acme"))
+    assert [t["principal"] for t in tokens].count("ci-bot") == 1
+    # The cookie a first view consumed, replayed by another session of the same owner, shows nothing.
+    sealed = re.search(r"rr_new_token=([^;]+)", carried).group(1)  # type: ignore[union-attr]
+    await client.post("/logout", data={"csrf_token": await csrf_for(client)}, headers=HTML)
+    await login(client, acme.owner)
+    client.cookies.set("rr_new_token", sealed, path=f"{P}/tokens")
+    assert (await client.get(f"{P}/tokens/new", headers=HTML)).status_code == 303
 
 
 @sqlite_only

@@ -244,6 +244,54 @@ def test_the_head_clock_waits_while_an_earlier_request_is_answered() -> None:
         assert time.monotonic() - started < 2
 
 
+class FiveConnections(BoundedHttpToolsProtocol):
+    max_connections = 5
+
+
+def test_past_the_connection_cap_the_connection_idle_longest_is_shed() -> None:
+    """Each connection past the cap sheds the one that has waited longest for
+    a request head, with the contract's 408 body; a connection whose request
+    is being answered is never shed, and a kept-alive connection waiting for
+    its next request counts as idle from the end of its answer."""
+    release = threading.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while scope["path"] == "/slow" and not release.is_set():
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def read_all(sock: socket.socket) -> bytes:
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return data
+
+    with serving(app, FiveConnections) as port, contextlib.ExitStack() as open_:
+        connect = lambda: open_.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5))  # noqa: E731
+        busy = connect()
+        busy.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        kept = connect()
+        kept.sendall(b"GET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")  # kept alive: idle from now on
+        time.sleep(0.1)  # the answer's bytes arrive before the server marks the connection idle again
+        idle = []
+        for _ in range(3):  # accepted, and so counted, in the order they connect
+            idle.append(connect())
+            idle[-1].sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Never-Ends: ")
+        newcomer = connect()  # the sixth: the kept-alive one waited longest
+        assert_error_body(read_all(kept), 408, "request_timeout")
+        newcomer.sendall(b"GET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert read_all(newcomer).startswith(b"HTTP/1.1 200 ")
+        # The newcomer was answered and closed: four are open.  A fifth fits,
+        # a sixth sheds the oldest idle head.
+        late = [connect() for _ in range(2)]
+        assert_error_body(read_all(idle[0]), 408, "request_timeout")
+        # The busy request was never shed: it is answered once released.
+        release.set()
+        assert busy.recv(65536).startswith(b"HTTP/1.1 200 ") and len(late) == 2
+
+
 # -- bodies ---------------------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ SQLite file, the server talked to over HTTP."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -105,6 +106,22 @@ def test_cli_errors_are_one_line_on_stderr(cli_env: dict[str, str], args: list[s
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
     assert needle in last and "Traceback" not in result.stderr
+
+
+def test_a_slug_or_a_principal_name_with_a_trailing_line_break_is_refused(cli_env: dict[str, str]) -> None:
+    """`acme2\n` would be a second project that prints like `acme2`: a slug
+    and a principal name match whole, with no trailing line break."""
+    relayroom("project", "create", "acme2", env=cli_env)
+    for args, needle in (
+        (["project", "create", "acme2\n"], "slug"),
+        (["project", "create", "beta\n"], "slug"),
+        (["token", "create", "--project", "acme2", "--level", "owner", "--name", "olivia\n"], "principal name"),
+    ):
+        result = relayroom(*args, env=cli_env, check=False)
+        assert result.returncode == 1, args
+        assert needle in result.stderr.strip().splitlines()[-1] and "line break" in result.stderr
+    listed = json.loads(relayroom("project", "list", "--json", env=cli_env).stdout)
+    assert [p["slug"] for p in listed] == ["acme2"]
 
 
 def test_project_create_twice_fails(cli_env: dict[str, str]) -> None:
