@@ -246,7 +246,7 @@ def test_resolve_keeps_the_file_in_force_whatever_the_newcomer_is_named() -> Non
 
 def test_resolve_lets_several_projects_share_an_issuer_bound_by_id() -> None:
     one = _parsed("a.yaml", checkmap("a", gitlab_binding("https://gitlab.example.com"), {}))
-    two = _parsed("b.yaml", checkmap("b", gitlab_binding("https://gitlab.example.com"), {}))
+    two = _parsed("b.yaml", checkmap("b", gitlab_binding("https://gitlab.example.com").replace('"42"', '"43"'), {}))
     decisions = resolve({"a.yaml": (None, one), "b.yaml": (None, two)})
     assert decisions["a.yaml"].keep is one and decisions["b.yaml"].keep is two
 

@@ -41,6 +41,12 @@ def issuer_system(issuer_url: str) -> str:
     return host[:-4] if host.endswith(":443") and issuer_url.lower().startswith("https:") else host
 
 
+def issuer_location(issuer_url: str) -> str:
+    """The issuer as one CI system names it, however its URL is spelled: its
+    host (the default https port dropped) and its path."""
+    return issuer_system(issuer_url) + urlsplit(issuer_url).path
+
+
 @dataclass(frozen=True)
 class Binding:
     """One `issuers:` item: a CI system, pinned to immutable ids, that may vote for a project."""
@@ -65,6 +71,8 @@ class Binding:
     refs: tuple[str, ...] | None = None
     workflows: tuple[str, ...] | None = None
     allow_events: tuple[str, ...] = ()
+    # the other projects whose maps may bind the same repository (each must name this one back)
+    shared_with: tuple[str, ...] = ()
     # webhook sources
     source: str | None = None
     secret_env: str | None = None
@@ -80,6 +88,22 @@ class Binding:
 
     def where(self) -> str:
         return f"{self.file}:{self.line}"
+
+    @property
+    def repository_key(self) -> str | None:
+        """The repository whose CI this binding lets speak, as one name whatever
+        the spelling of its issuer: one repository's CI speaks for one project
+        unless both maps consent (`shared_with`).  None for a webhook source."""
+        if self.issuer is None:
+            return None
+        if self.provider == "github-actions":
+            host = issuer_system(self.issuer)
+            # GitHub's per-enterprise issuers name github.com's repositories too.
+            host = GITHUB_HOST if host == issuer_system(GITHUB_ISSUER) else host
+            return f"GitHub repository {self.repository_id} on {host}"
+        if self.provider == "gitlab":
+            return f"GitLab project {self.project_id} on {issuer_location(self.issuer)}"
+        return f"subject {self.subject!r} of {issuer_location(self.issuer)}"
 
     @property
     def github_host(self) -> str | None:

@@ -75,13 +75,13 @@ CHECK_KEYS = {"supports", "workflows", "description"}
 BINDING_KEYS = {
     "github-actions": {
         "provider", "description", "issuer", "repository", "repository_id", "repository_owner_id",
-        "refs", "workflows", "webhook_secret_env", "github_app", "allow_events",
+        "refs", "workflows", "webhook_secret_env", "github_app", "allow_events", "shared_with",
     },
     "gitlab": {
         "provider", "description", "issuer", "project_id", "project_path", "namespace_id",
-        "refs", "workflows", "allow_events",
+        "refs", "workflows", "allow_events", "shared_with",
     },
-    "oidc": {"provider", "description", "issuer", "subject", "refs"},
+    "oidc": {"provider", "description", "issuer", "subject", "refs", "shared_with"},
     "webhook": {"provider", "description", "source", "secret_env"},
 }
 SECRET_KEYS = {"secret", "webhook_secret", "password", "token", "client_secret"}
@@ -219,6 +219,7 @@ def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | 
                         "tokens of the runs that may vote")
             fields["subject"] = subject
         fields["allow_events"] = _allow_events(item, provider, path, out)
+        fields["shared_with"] = _shared_with(item, project, path, out)
     if len(out.problems) > before:
         return None
     return Binding(**fields)
@@ -357,6 +358,22 @@ def _allow_events(item: dict[str, Any], provider: str, path: Path, out: _Collect
     if "allow_events" not in item:
         return ()
     return _string_list(item, "allow_events", path, out) or ()
+
+
+def _shared_with(item: dict[str, Any], project: str, path: Path, out: _Collector) -> tuple[str, ...]:
+    """The other projects whose maps may bind this binding's repository too
+    (each of them must name this project back, `conflicts` checks)."""
+    if "shared_with" not in item:
+        return ()
+    projects = _string_list(item, "shared_with", path, out) or ()
+    for index, slug in enumerate(projects):
+        if not SLUG.fullmatch(slug):
+            out.add(path + ("shared_with", index), f"shared_with: {slug} is not a project slug "
+                    "(^[a-z0-9][a-z0-9-]{0,62}$)")
+        elif slug == project:
+            out.add(path + ("shared_with", index), f"shared_with names {slug}, this file's own project; name the "
+                    "other projects whose maps bind this repository")
+    return projects
 
 
 def _flag(item: dict[str, Any], key: str, path: Path, out: _Collector) -> bool:

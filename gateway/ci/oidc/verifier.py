@@ -134,9 +134,12 @@ class TokenVerifier:
             identified = mine
         projects = sorted({b.project for b in identified})
         if len(projects) > 1:
+            # The check maps hold only repositories shared both ways, so each of these
+            # projects consented to the others; the filter keeps that so whatever loaded.
+            shared = [p for p in projects if all(p == b.project or p in b.shared_with for b in identified)]
             raise Invalid(
-                f"this token is bound by the check maps of several projects ({', '.join(projects)}); name one in "
-                "the body's project field",
+                f"this token's repository is shared by several projects ({', '.join(shared) or 'not named'}); name "
+                "one in the body's project field",
                 code="project_required",
             )
         first_refusal: GatewayError | None = None

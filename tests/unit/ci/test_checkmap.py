@@ -247,7 +247,7 @@ async def test_the_store_check_reports_unknown_projects_and_foreign_or_unknown_i
     mine = await learn(hub, "acme", "Ours.")
     theirs = await learn(hub, "beta", "Theirs.")
     (tmp_path / "acme.yaml").write_text(GOOD.replace("[kn_1]", f"[{mine}, {theirs}, kn_nope]"))
-    (tmp_path / "ghost.yaml").write_text(GOOD.replace("acme", "ghost"))
+    (tmp_path / "ghost.yaml").write_text(GOOD.replace("acme", "ghost").replace("123456", "654321"))
     registry = registry_for(tmp_path)
     registry.reload()
     await registry.check_store(hub.driver)

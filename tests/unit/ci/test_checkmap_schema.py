@@ -95,6 +95,7 @@ def test_the_schemas_patterns_are_the_validators_own() -> None:
     assert defs["oidc"]["properties"]["subject"]["pattern"] == validate.VISIBLE.pattern
     assert defs["oidc"]["properties"]["subject"]["maxLength"] == validate.MAX_SUBJECT
     assert github["workflows"]["items"]["pattern"] == validate.GITHUB_WORKFLOW.pattern
+    assert defs["sharedWith"]["items"]["pattern"] == validate.SLUG.pattern
     assert set(github) == validate.BINDING_KEYS["github-actions"]
     assert set(defs["gitlab"]["properties"]) == validate.BINDING_KEYS["gitlab"]
     assert set(defs["oidc"]["properties"]) == validate.BINDING_KEYS["oidc"]
@@ -220,6 +221,7 @@ SUBJECTS = mostly(("repo:acme/api",), ("   ", "\u2028", "x" * 1024, "x" * 1025, 
 SOURCES = mostly(("nightly-canary",), ("a.b_c", "github", "Nightly", "-x", "whsec_1", "x" * 64, 9))
 SUPPORTS = mostly(("kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "ENTRY_ID"), ("x" * 513, 5))
 FLAG = mostly((True, False), ("yes", 1))
+SHARED = mostly(("beta", "gamma-2"), ("Beta", "-x", "a" * 64, "beta\n", "", 5, "whsec_1"))
 EXTRA_KEYS = pool("ref", "token", "secret", "Secret", "notes")
 
 
@@ -236,14 +238,15 @@ def binding(draw: Any) -> dict[str, Any]:
     if provider == "github-actions":
         fields = {"issuer": GITHUB_ISSUERS, "repository": LABEL, "repository_id": IDS, "repository_owner_id": IDS,
                   "refs": lists(GITHUB_REFS), "workflows": lists(WORKFLOWS), "webhook_secret_env": ENV,
-                  "github_app": FLAG, "allow_events": lists(EVENTS)}
+                  "github_app": FLAG, "allow_events": lists(EVENTS), "shared_with": lists(SHARED)}
         required = {"repository_id", "refs"}
     elif provider == "gitlab":
         fields = {"issuer": GITLAB_ISSUERS, "project_path": LABEL, "project_id": IDS, "namespace_id": IDS,
-                  "refs": lists(GITLAB_REFS), "workflows": lists(WORKFLOWS), "allow_events": lists(EVENTS)}
+                  "refs": lists(GITLAB_REFS), "workflows": lists(WORKFLOWS), "allow_events": lists(EVENTS),
+                  "shared_with": lists(SHARED)}
         required = {"project_id", "refs"}
     elif provider == "oidc":
-        fields = {"issuer": OIDC_ISSUERS, "subject": SUBJECTS, "refs": lists(GITHUB_REFS)}
+        fields = {"issuer": OIDC_ISSUERS, "subject": SUBJECTS, "refs": lists(GITHUB_REFS), "shared_with": lists(SHARED)}
         required = {"issuer", "subject"}
     elif provider == "webhook":
         fields = {"source": SOURCES, "secret_env": ENV}
@@ -294,7 +297,7 @@ def checkmaps(draw: Any) -> dict[str, Any]:
 
 def gateway_only(data: dict[str, Any]) -> bool:
     """A map that only the gateway can judge: one secret variable named twice
-    (one sender, one voice), or a generic binding of a host a GitLab or
+    (one sender, one voice), a binding sharing with the file's own project, or a generic binding of a host a GitLab or
     GitHub binding of the file names (bound by ids, never by `sub`); or a
     file holding U+0085, U+2028 or U+2029 as raw characters, which YAML 1.1
     reads as line breaks and YAML 1.2 as characters (the gateway refuses the
@@ -308,7 +311,8 @@ def gateway_only(data: dict[str, Any]) -> bool:
              and isinstance(b.get("issuer"), str) and validate.issuer_problem(b["issuer"]) is None}
     generic = {validate.issuer_system(b["issuer"]) for b in bindings if b.get("provider") == "oidc"
                and isinstance(b.get("issuer"), str) and validate.issuer_problem(b["issuer"]) is None}
-    return len(names) != len(set(names)) or bool(hosts & generic)
+    own = any(data.get("project") in b["shared_with"] for b in bindings if isinstance(b.get("shared_with"), list))
+    return len(names) != len(set(names)) or bool(hosts & generic) or own
 
 
 class NoAliases(yaml.SafeDumper):
