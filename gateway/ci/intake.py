@@ -20,6 +20,7 @@ nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from gateway.core.metrics import Metrics
 from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from gateway.core.ids import new_id
 from gateway.core.logs import note
+from gateway.core.visible import describe, first_invisible
 from gateway.knowledge.model import Support
 from gateway.knowledge.service import Knowledge
 from gateway.store.base import Driver, write_statement
@@ -64,15 +66,25 @@ class Statement:
     run_url: str | None
 
 
-def read_statement(body: Mapping[str, Any], *, any_outcome: bool = False) -> Statement:
-    check = body.get("check")
+def read_check(check: Any) -> str:
+    """`check` as a check name, or the refusal.  A check name is shown to
+    the owner beside the entries it supports: visible text only."""
+    if isinstance(check, str) and (found := first_invisible(check)) is not None:
+        raise Invalid(f"check holds an invisible character ({describe(*found)}); a check name is text a person "
+                      "can read", code="invisible_text", extra={"field": "check"})
     if not isinstance(check, str) or not 1 <= len(check) <= MAX_CHECK or not check.isprintable():
-        raise Invalid(f"check must be 1 to {MAX_CHECK} printable characters", code="invalid_check", extra={"field": "check"})
+        raise Invalid(f"check must be 1 to {MAX_CHECK} printable characters", code="invalid_check",
+                      extra={"field": "check"})
+    return check
+
+
+def read_statement(body: Mapping[str, Any]) -> Statement:
+    check = read_check(body.get("check"))
     outcome = body.get("outcome")
-    if outcome not in OUTCOMES and not (any_outcome and isinstance(outcome, str) and 0 < len(outcome) <= 40):
+    if outcome not in OUTCOMES:
         raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}", code="invalid_outcome", extra={"field": "outcome"})
     project = body.get("project")
-    if project is not None and (not isinstance(project, str) or not SLUG.match(project)):
+    if project is not None and (not isinstance(project, str) or not SLUG.fullmatch(project)):
         raise Invalid("project must be a project slug", code="invalid_field", extra={"field": "project"})
     run_url = body.get("run_url")
     if run_url is not None and (
@@ -125,9 +137,14 @@ class AttestationIntake:
         return result
 
     async def from_github(self, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
+        """A GitHub delivery.  Only a signature that verifies under no secret
+        the hub holds for GitHub is refused (401), and a body that is not
+        JSON (400): a signed delivery that records nothing answers 200 with
+        the reason, so GitHub does not mark the hook failing."""
         snapshot = self.registry.snapshot
         hub_secret = _reveal(self.config.github_webhook_secret)
-        if not hub_secret and not any(b.webhook_secret_env for bs in snapshot.github_repositories.values() for b in bs):
+        own = [b for bs in snapshot.github_repositories.values() for b in bs if b.webhook_secret_env]
+        if not hub_secret and not own:
             raise NotFound("GitHub webhooks are not configured on this gateway (set RELAYROOM_GITHUB_WEBHOOK_SECRET or "
                            "webhook_secret_env on a github-actions binding)", code="not_found")
         payload = _json_object(raw)
@@ -138,16 +155,17 @@ class AttestationIntake:
         signature = headers.get("x-hub-signature-256")
         verified = [b for b in candidates if any(signatures.github_valid(secret, raw, signature)
                                                  for secret in self._github_secrets(b, hub_secret))]
-        # The hub-wide secret may still sign what no binding takes from it (a
-        # ping, an unbound repository): answered, never recorded.  A binding
-        # with its own secret demands that one.  Checked only when no binding
-        # verified: a counted delivery pays for one HMAC, not two.
-        if not verified and (any(b.webhook_secret_env for b in candidates)
-                             or not (hub_secret and signatures.github_valid(hub_secret, raw, signature))):
-            raise Unauthorized("X-Hub-Signature-256 does not verify with the webhook secret of this repository's "
-                               "binding (or the hub-wide secret)", code="invalid_signature")
+        # Not signed for this repository's bindings: it may still be a delivery
+        # of a hook the hub knows (an organisation's ping, a repository no
+        # binding takes), answered and never recorded.  Checked only then: a
+        # counted delivery pays for one HMAC.
+        if not verified and not await self._signed_for_github(raw, signature, hub_secret, own):
+            raise Unauthorized("X-Hub-Signature-256 does not verify with any GitHub webhook secret of this gateway "
+                               "(the webhook_secret_env of the repository's binding, or the hub-wide GitHub App "
+                               "secret)", code="invalid_signature")
         if payload is None:
-            raise BadRequest("the webhook body is not a JSON object", code="malformed_json")
+            raise BadRequest("the webhook body is not a JSON object: set the webhook's content type to "
+                             "application/json", code="malformed_json")
         event = headers.get("x-github-event", "")
         if event == "ping":
             return 200, {"event": "ping", "recorded": False}
@@ -162,11 +180,25 @@ class AttestationIntake:
         if payload.get("action") != "completed":
             return 200, {"event": event, "recorded": False, "reason": "action_not_completed"}
         if not verified:
-            # Signed with the hub-wide secret only: no binding of this repository id
-            # on this GitHub host opted in with github_app: true.
-            return 200, {"event": event, "recorded": False,
-                         "reason": "github_app_not_enabled" if candidates else "repository_not_bound"}
+            if not candidates:
+                reason = "repository_not_bound"
+            elif any(b.webhook_secret_env for b in candidates):
+                reason = "not_signed_with_the_bindings_secret"
+            else:  # signed with the hub-wide secret, and no binding opted in with github_app: true
+                reason = "github_app_not_enabled"
+            return 200, {"event": event, "recorded": False, "reason": reason}
         return await self._workflow_run(payload, run, verified)
+
+    async def _signed_for_github(self, raw: bytes, signature: str | None, hub_secret: str | None,
+                                 bindings: list[Binding]) -> bool:
+        """Whether the signature verifies under any secret the hub holds for
+        GitHub.  Each distinct secret costs an HMAC of the body, off the event loop."""
+        if signature is None:
+            return False
+        secrets = {secret for b in bindings if (secret := self._binding_secret(b, warn=False))}
+        if hub_secret:
+            secrets.add(hub_secret)
+        return await asyncio.to_thread(lambda: any(signatures.github_valid(s, raw, signature) for s in secrets))
 
     async def from_source(self, source: str, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
         bindings = list(self.registry.snapshot.webhook_sources.get(source, ()))
@@ -219,16 +251,18 @@ class AttestationIntake:
 
     async def _workflow_run(self, payload: dict[str, Any], run: dict[str, Any], verified: list[Binding]
                             ) -> tuple[int, dict[str, Any]]:
-        repository = payload["repository"]
-        full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
         run_id, attempt = object_id(run), object_id({"id": run.get("run_attempt")})
         name, conclusion = run.get("name"), run.get("conclusion")
-        if run_id is None or attempt is None or not isinstance(name, str) or not isinstance(conclusion, str):
+        if run_id is None or attempt is None or not isinstance(conclusion, str) or not conclusion:
             return 200, {"event": "workflow_run", "recorded": False, "reason": "incomplete_workflow_run"}
-        html_url = run.get("html_url")
-        read = read_statement({"check": name, "outcome": conclusion}, any_outcome=True)
-        statement = Statement(read.check, read.outcome, None,
-                              html_url if isinstance(html_url, str) and len(html_url) <= MAX_RUN_URL else None)
+        if len(conclusion) > 40 or not conclusion.isprintable():
+            return 200, {"event": "workflow_run", "recorded": False, "reason": "invalid_outcome"}
+        try:
+            check = read_check(name)
+        except Invalid as problem:
+            # GitHub's own example payloads carry an empty name: nothing to record, nothing to refuse.
+            return 200, {"event": "workflow_run", "recorded": False, "reason": problem.code, "detail": problem.message}
+        statement = Statement(check, conclusion, None, _text(run.get("html_url"), MAX_RUN_URL))
         facts = github.run_from_workflow_run(payload, run)
         key = f"workflow_run:{run_id}:{attempt}"
         recorded: list[dict[str, Any]] = []
@@ -243,25 +277,29 @@ class AttestationIntake:
                 refusals.append(refusal)
                 continue
             seen_projects.add(binding.project)
-            result = await self._record(
-                project=binding.project,
-                issuer=binding.identity,
-                statement=statement,
-                workflow=facts.workflow,
-                home=facts.home,
-                provenance={
-                    "via": "workflow_run webhook",
-                    "repository": full_name,
-                    "repository_id": binding.repository_id,
-                    "commit": run.get("head_sha"),
-                    "workflow": run.get("path"),
-                    "head_branch": run.get("head_branch"),
-                    "event_name": run.get("event"),
-                    "run_id": run_id,
-                    "run_attempt": attempt,
-                },
-                replay=Replay(False, binding.identity, key),
-            )
+            try:
+                result = await self._record(
+                    project=binding.project,
+                    issuer=binding.identity,
+                    statement=statement,
+                    workflow=facts.workflow,
+                    home=facts.home,
+                    provenance={
+                        "via": "workflow_run webhook",
+                        "repository": facts.home,
+                        "repository_id": binding.repository_id,
+                        "commit": _text(run.get("head_sha"), 200),
+                        "workflow": _text(run.get("path"), 500),
+                        "head_branch": _text(run.get("head_branch"), 500),
+                        "event_name": facts.event,
+                        "run_id": run_id,
+                        "run_attempt": attempt,
+                    },
+                    replay=Replay(False, binding.identity, key),
+                )
+            except NotFound as missing:  # the map names a project this gateway lacks
+                refusals.append(Refusal(missing.code, "project", missing.message))
+                continue
             if result is None:
                 duplicates += 1
             else:
@@ -380,8 +418,10 @@ class AttestationIntake:
             secrets.append(hub_secret)
         return secrets
 
-    def _binding_secret(self, binding: Binding) -> str | None:
+    def _binding_secret(self, binding: Binding, *, warn: bool = True) -> str | None:
         value = self.environ.get(binding.webhook_secret_env or "")
+        if not warn:
+            return value if value and len(value) >= MIN_WEBHOOK_SECRET else None
         if not value:
             log.warning("binding %s names webhook_secret_env %s, which is not set", binding.where(),
                         binding.webhook_secret_env)
@@ -451,6 +491,11 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def _text(value: Any, limit: int) -> str | None:
+    """A delivery's field kept as provenance: a string of at most `limit` characters, or nothing."""
+    return value if isinstance(value, str) and len(value) <= limit else None
 
 
 def _reveal(secret: Any) -> str | None:

@@ -84,13 +84,16 @@ def run_from_workflow_run(payload: dict[str, Any], run: dict[str, Any]) -> RunFa
     repository: dict[str, Any] = raw_repository if isinstance(raw_repository, dict) else {}
     full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
     branch = run.get("head_branch")
-    path = run.get("path")
+    # GitHub's REST form of the path ends in `@<ref>`; the ref is no part of
+    # the path (a map's workflow path holds no `@`).
+    raw_path = run.get("path")
+    path = raw_path.partition("@")[0] if isinstance(raw_path, str) else ""
     event = run.get("event")
     return RunFacts(
         event=event if isinstance(event, str) else None,
         ref=f"refs/heads/{branch}" if isinstance(branch, str) and branch else None,
         ref_type=None,
-        workflow=workflows.WorkflowRef(full_name, path if isinstance(path, str) else "", None) if full_name else None,
+        workflow=workflows.WorkflowRef(full_name, path, None) if full_name else None,
         home=full_name,
         repository_id=object_id(run.get("head_repository")),
         repository_owner_id=object_id(repository.get("owner")),
