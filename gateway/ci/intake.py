@@ -1,9 +1,10 @@
 """The attestation intake: a verified CI voice becomes a recorded attestation
 and, when the check map maps its check, support for entries.
 
-Three doors lead here: an OIDC token (`POST /v1/attestations`), GitHub's
-`workflow_run` webhook, and a Standard Webhooks source.  Each ends in one
-store write unit that
+Three doors lead here: an OIDC token (`POST /v1/attestations`, `from_token`),
+a Standard Webhooks source (`from_source`), and GitHub's `workflow_run`
+webhook, which lives with its provider (`gateway.ci.providers.github_webhook`).
+Each ends in one store write unit (`record`) that
 
 1. reserves the replay key (the token's `jti` until it could no longer be
    accepted, the signed run id and attempt, or the `webhook-id`),
@@ -20,40 +21,38 @@ nothing.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-from gateway.knowledge.settings import SLUG
-from gateway.ci.checkmaps.model import GITHUB_HOST, Binding, CheckRule
+from gateway.ci import webhook_signatures as signatures
+from gateway.ci.checkmaps.model import CheckRule
 from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.ci.oidc.token import LEEWAY_SECONDS
+from gateway.ci.oidc.verifier import TokenVerifier
+from gateway.ci.providers import workflows
+from gateway.ci.providers.webhook import StandardWebhook, source_key
+from gateway.ci.providers.workflows import WorkflowRef
 from gateway.core.clock import Clock
 from gateway.core.config import Config
-from gateway.core.metrics import Metrics
 from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from gateway.core.ids import new_id
 from gateway.core.logs import note
+from gateway.core.metrics import Metrics
 from gateway.core.visible import describe, first_invisible
 from gateway.knowledge.model import Support
 from gateway.knowledge.service import Knowledge
+from gateway.knowledge.settings import SLUG
 from gateway.store.base import Driver, write_statement
 from gateway.store.queries.attestations import Recorded, Replay
-from gateway.ci.oidc import github, workflows
-from gateway.ci.oidc.claims import Refusal, object_id
-from gateway.ci.oidc.token import LEEWAY_SECONDS
-from gateway.ci.oidc.verifier import TokenVerifier
-from gateway.ci.oidc.workflows import WorkflowRef
-from gateway.ci import webhook_signatures as signatures
 
 log = logging.getLogger("relayroom.attestations")
 
 OUTCOMES = ("success", "failure", "cancelled", "skipped")
 MAX_CHECK = 200
 MAX_RUN_URL = 2000
-MIN_WEBHOOK_SECRET = 16  # characters; GitHub's guidance is a long random string
 
 
 @dataclass(frozen=True)
@@ -120,11 +119,11 @@ class AttestationIntake:
         self.environ = os.environ if environ is None else environ
         self._counters: dict[tuple[str, str], Any] = {}
 
-    # -- the three doors ------------------------------------------------------
+    # -- the doors ------------------------------------------------------------
 
     async def from_token(self, token: str, statement: Statement) -> dict[str, Any]:
         credential = await self.verifier.verify(token, statement.project)
-        result = await self._record(
+        result = await self.record(
             project=credential.project,
             issuer=credential.issuer,
             statement=statement,
@@ -136,77 +135,13 @@ class AttestationIntake:
         assert result is not None
         return result
 
-    async def from_github(self, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
-        """A GitHub delivery.  Only a signature that verifies under no secret
-        the hub holds for GitHub is refused (401), and a body that is not
-        JSON (400): a signed delivery that records nothing answers 200 with
-        the reason, so GitHub does not mark the hook failing."""
-        snapshot = self.registry.snapshot
-        hub_secret = _reveal(self.config.github_webhook_secret)
-        own = [b for bs in snapshot.github_repositories.values() for b in bs if b.webhook_secret_env]
-        if not hub_secret and not own:
-            raise NotFound("GitHub webhooks are not configured on this gateway (set RELAYROOM_GITHUB_WEBHOOK_SECRET or "
-                           "webhook_secret_env on a github-actions binding)", code="not_found")
-        payload = _json_object(raw)
-        repository = payload.get("repository") if payload else None
-        repo_id = object_id(repository)
-        host = delivery_host(headers)
-        candidates = list(snapshot.github_repositories.get((host, repo_id), ())) if repo_id else []
-        signature = headers.get("x-hub-signature-256")
-        verified = [b for b in candidates if any(signatures.github_valid(secret, raw, signature)
-                                                 for secret in self._github_secrets(b, hub_secret))]
-        # Not signed for this repository's bindings: it may still be a delivery
-        # of a hook the hub knows (an organisation's ping, a repository no
-        # binding takes), answered and never recorded.  Checked only then: a
-        # counted delivery pays for one HMAC.
-        if not verified and not await self._signed_for_github(raw, signature, hub_secret, own):
-            raise Unauthorized("X-Hub-Signature-256 does not verify with any GitHub webhook secret of this gateway "
-                               "(the webhook_secret_env of the repository's binding, or the hub-wide GitHub App "
-                               "secret)", code="invalid_signature")
-        if payload is None:
-            raise BadRequest("the webhook body is not a JSON object: set the webhook's content type to "
-                             "application/json", code="malformed_json")
-        event = headers.get("x-github-event", "")
-        if event == "ping":
-            return 200, {"event": "ping", "recorded": False}
-        if event in ("check_run", "check_suite"):
-            return 200, {"event": event, "recorded": False,
-                         "reason": "check runs cannot vote: any job holding a GITHUB_TOKEN can create one"}
-        if event != "workflow_run":
-            return 200, {"event": event[:40], "recorded": False, "reason": "event_ignored"}
-        run = payload.get("workflow_run")
-        if not isinstance(run, dict):
-            return 200, {"event": event, "recorded": False, "reason": "not_a_workflow_run_payload"}
-        if payload.get("action") != "completed":
-            return 200, {"event": event, "recorded": False, "reason": "action_not_completed"}
-        if not verified:
-            if not candidates:
-                reason = "repository_not_bound"
-            elif any(b.webhook_secret_env for b in candidates):
-                reason = "not_signed_with_the_bindings_secret"
-            else:  # signed with the hub-wide secret, and no binding opted in with github_app: true
-                reason = "github_app_not_enabled"
-            return 200, {"event": event, "recorded": False, "reason": reason}
-        return await self._workflow_run(payload, run, verified)
-
-    async def _signed_for_github(self, raw: bytes, signature: str | None, hub_secret: str | None,
-                                 bindings: list[Binding]) -> bool:
-        """Whether the signature verifies under any secret the hub holds for
-        GitHub.  Each distinct secret costs an HMAC of the body, off the event loop."""
-        if signature is None:
-            return False
-        secrets = {secret for b in bindings if (secret := self._binding_secret(b, warn=False))}
-        if hub_secret:
-            secrets.add(hub_secret)
-        return await asyncio.to_thread(lambda: any(signatures.github_valid(s, raw, signature) for s in secrets))
-
     async def from_source(self, source: str, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
-        bindings = list(self.registry.snapshot.webhook_sources.get(source, ()))
+        bindings = self.registry.snapshot.bound(source_key(source), StandardWebhook)
         if not bindings:
             raise NotFound(f"no check map binds the webhook source {source[:64]!r}", code="unknown_source")
-        keyed: list[tuple[Binding, bytes]] = []
+        keyed: list[tuple[StandardWebhook, bytes]] = []
         for binding in bindings:
-            key = signatures.standard_key(self.environ.get(binding.secret_env or "", ""))
+            key = signatures.standard_key(self.environ.get(binding.secret_env, ""))
             if key is None:
                 log.warning("webhook source %s (%s): %s does not hold a whsec_ secret", source, binding.where(),
                             binding.secret_env)
@@ -228,13 +163,13 @@ class AttestationIntake:
                                code="invalid_signature")
         signing_key = keyed[index][1]
         verified = [b for b, key in keyed if key == signing_key]
-        payload = _json_object(raw)
+        payload = json_object(raw)
         if payload is None:
             raise BadRequest("the body must be a JSON object", code="malformed_json")
         statement = read_statement(payload)
         binding = _one_project(verified, statement.project)
         message_id = headers.get("webhook-id", "")
-        result = await self._record(
+        result = await self.record(
             project=binding.project,
             issuer=binding.identity,
             statement=statement,
@@ -247,76 +182,9 @@ class AttestationIntake:
             return 200, {"recorded": False, "duplicate": True, "reason": "webhook-id already recorded"}
         return 201, result
 
-    # -- GitHub workflow_run --------------------------------------------------
-
-    async def _workflow_run(self, payload: dict[str, Any], run: dict[str, Any], verified: list[Binding]
-                            ) -> tuple[int, dict[str, Any]]:
-        run_id, attempt = object_id(run), object_id({"id": run.get("run_attempt")})
-        name, conclusion = run.get("name"), run.get("conclusion")
-        if run_id is None or attempt is None or not isinstance(conclusion, str) or not conclusion:
-            return 200, {"event": "workflow_run", "recorded": False, "reason": "incomplete_workflow_run"}
-        if len(conclusion) > 40 or not conclusion.isprintable():
-            return 200, {"event": "workflow_run", "recorded": False, "reason": "invalid_outcome"}
-        try:
-            check = read_check(name)
-        except Invalid as problem:
-            # GitHub's own example payloads carry an empty name: nothing to record, nothing to refuse.
-            return 200, {"event": "workflow_run", "recorded": False, "reason": problem.code, "detail": problem.message}
-        statement = Statement(check, conclusion, None, _text(run.get("html_url"), MAX_RUN_URL))
-        facts = github.run_from_workflow_run(payload, run)
-        key = f"workflow_run:{run_id}:{attempt}"
-        recorded: list[dict[str, Any]] = []
-        refusals: list[Refusal] = []
-        duplicates = 0
-        seen_projects: set[str] = set()
-        for binding in verified:
-            if binding.project in seen_projects:
-                continue
-            refusal = github.refusal(binding, facts)
-            if refusal is not None:
-                refusals.append(refusal)
-                continue
-            seen_projects.add(binding.project)
-            try:
-                result = await self._record(
-                    project=binding.project,
-                    issuer=binding.identity,
-                    statement=statement,
-                    workflow=facts.workflow,
-                    home=facts.home,
-                    provenance={
-                        "via": "workflow_run webhook",
-                        "repository": facts.home,
-                        "repository_id": binding.repository_id,
-                        "commit": _text(run.get("head_sha"), 200),
-                        "workflow": _text(run.get("path"), 500),
-                        "head_branch": _text(run.get("head_branch"), 500),
-                        "event_name": facts.event,
-                        "run_id": run_id,
-                        "run_attempt": attempt,
-                    },
-                    replay=Replay(False, binding.identity, key),
-                )
-            except NotFound as missing:  # the map names a project this gateway lacks
-                refusals.append(Refusal(missing.code, "project", missing.message))
-                continue
-            if result is None:
-                duplicates += 1
-            else:
-                recorded.append(result)
-        if recorded:
-            return 201, {"event": "workflow_run", "recorded": True, "attestations": recorded}
-        if duplicates:
-            return 200, {"event": "workflow_run", "recorded": False, "duplicate": True,
-                         "reason": "this run attempt was already recorded"}
-        if refusals:
-            return 200, {"event": "workflow_run", "recorded": False, "reason": refusals[0].code,
-                         "detail": refusals[0].message}
-        return 200, {"event": "workflow_run", "recorded": False, "reason": "not_bound"}
-
     # -- the write unit ---------------------------------------------------------
 
-    async def _record(
+    async def record(
         self,
         *,
         project: str,
@@ -406,34 +274,6 @@ class AttestationIntake:
             child = self._counters[key] = self.metrics.attestations.labels(*key)
         return child
 
-    def _github_secrets(self, binding: Binding, hub_secret: str | None) -> list[str]:
-        """The secrets whose signature speaks for `binding`: its own, and the
-        hub-wide GitHub App secret only when it opted in with github_app: true."""
-        secrets = []
-        if binding.webhook_secret_env:
-            own = self._binding_secret(binding)
-            if own:
-                secrets.append(own)
-        if binding.github_app and hub_secret:
-            secrets.append(hub_secret)
-        return secrets
-
-    def _binding_secret(self, binding: Binding, *, warn: bool = True) -> str | None:
-        value = self.environ.get(binding.webhook_secret_env or "")
-        if not warn:
-            return value if value and len(value) >= MIN_WEBHOOK_SECRET else None
-        if not value:
-            log.warning("binding %s names webhook_secret_env %s, which is not set", binding.where(),
-                        binding.webhook_secret_env)
-            return None
-        if len(value) < MIN_WEBHOOK_SECRET:
-            # A variable that holds something short (HOME, a port, a name) is not
-            # a secret: whoever guesses it would sign deliveries.
-            log.warning("binding %s: webhook_secret_env %s holds fewer than %d characters; it is not used as a "
-                        "secret", binding.where(), binding.webhook_secret_env, MIN_WEBHOOK_SECRET)
-            return None
-        return value
-
 
 def _no_project(project: str) -> NotFound:
     return NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
@@ -459,7 +299,7 @@ def _answer(attestation_id: str, project: str, issuer: str, check: str, reason: 
     return answer
 
 
-def _one_project(bindings: list[Binding], project: str | None) -> Binding:
+def _one_project(bindings: list[StandardWebhook], project: str | None) -> StandardWebhook:
     if project is not None:
         mine = [b for b in bindings if b.project == project]
         if not mine:
@@ -474,29 +314,9 @@ def _one_project(bindings: list[Binding], project: str | None) -> Binding:
     return bindings[0]
 
 
-def delivery_host(headers: Mapping[str, str]) -> str:
-    """The GitHub host a delivery comes from: GitHub Enterprise Server names
-    itself in X-GitHub-Enterprise-Host, github.com sends no such header.  The
-    header is set by the sender whose secret signs the body, so an id
-    delivered by github.com never reaches a GitHub Enterprise Server binding."""
-    value = headers.get("x-github-enterprise-host")
-    if value is None:
-        return GITHUB_HOST
-    return value.strip().lower()[:300]
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
+def json_object(raw: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
-
-
-def _text(value: Any, limit: int) -> str | None:
-    """A delivery's field kept as provenance: a string of at most `limit` characters, or nothing."""
-    return value if isinstance(value, str) and len(value) <= limit else None
-
-
-def _reveal(secret: Any) -> str | None:
-    return secret.reveal() if secret else None

@@ -26,6 +26,7 @@ import pytest
 from gateway.ci import webhook_signatures as sig
 from gateway.ci.checkmaps.conflicts import resolve
 from gateway.ci.checkmaps.validate import validate_text
+from gateway.ci.providers.webhook import StandardWebhook, source_key
 from tests.support.attest_fixtures import checkmap, gitlab_binding, learn, write_map
 from tests.support.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import make_project
@@ -169,7 +170,7 @@ async def test_secret_env_and_webhook_secret_env_are_one_namespace(
     await write_map(hub, checkmap_dir, "beta.yaml", checkmap("beta", webhook_binding("beta-src", "ONE_SECRET"), {}))
     errors = await readyz_errors(client)
     assert "ONE_SECRET is already named" in (errors["beta.yaml"] or "") and errors["acme.yaml"] is None
-    assert "beta-src" not in registry_of(hub).snapshot.webhook_sources
+    assert registry_of(hub).snapshot.bound(source_key("beta-src"), StandardWebhook) == []
 
 
 # -- finding 8: issuers with immutable ids are bound by them ------------------------

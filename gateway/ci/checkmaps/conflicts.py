@@ -10,10 +10,10 @@ A file claims things that only one file may hold:
   a GitLab issuer and project id, an OIDC issuer and subject): one
   repository's CI speaks for one project, unless every binding of it in
   either file names the other project under `shared_with`, both ways;
-- the issuers its `provider: oidc` bindings bind by `sub`, which may not be
-  the issuer (compared by host) of a provider with immutable ids that any
-  file binds by id (`github-actions`, `gitlab`): such an issuer is bound by
-  its ids, never by a name-based subject.
+- the issuers its bindings bind by `sub` (`provider: oidc`), which may not
+  be the issuer (compared by host) of a provider with immutable ids that any
+  file binds by id: such an issuer is bound by its ids, never by a
+  name-based subject.
 
 The rule that settles a collision of projects, secret variables or
 repositories: **the file in force stays in force, the newcomer is the
@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.ci.checkmaps.model import CheckMap, Problem, issuer_system
+from gateway.ci.checkmaps.model import CheckMap, Problem
+from gateway.ci.providers import PROVIDERS
+from gateway.ci.providers.issuers import issuer_system
 
 # Kinds of claim.  Two claims of one value collide when their kinds are in
 # COLLIDE: a project or a secret variable is exclusive, and a repository is
@@ -74,15 +76,14 @@ class Decision:
 def claims(checkmap: CheckMap) -> list[Claim]:
     out = [Claim(PROJECT, checkmap.project, checkmap.project_line)]
     for binding in checkmap.bindings:
-        for name in (binding.secret_env, binding.webhook_secret_env):
-            if name:
-                out.append(Claim(SECRET, name, binding.line))
-        repository = binding.repository_key
+        for name in binding.secret_names():
+            out.append(Claim(SECRET, name, binding.line))
+        repository = binding.repository_key()
         if repository is not None:
             out.append(Claim(REPOSITORY, repository, binding.line, checkmap.project, binding.shared_with))
-        if binding.issuer and binding.provider in ("github-actions", "gitlab"):
+        if binding.issuer and binding.BINDS_BY == "ids":
             out.append(Claim(BY_ID, issuer_system(binding.issuer), binding.line))
-        elif binding.issuer and binding.provider == "oidc":
+        elif binding.issuer and binding.BINDS_BY == "subject":
             out.append(Claim(BY_SUBJECT, issuer_system(binding.issuer), binding.line))
     return out
 
@@ -135,8 +136,9 @@ def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, str]) -> list
     """Problems of a map that binds by sub an issuer host another file binds by id."""
     if checkmap is None:
         return []
+    id_providers = " or ".join(cls.NAME for cls in PROVIDERS.values() if cls.BINDS_BY == "ids")
     return [Problem(name, c.line, f"not loaded: {c.value} is bound by its immutable ids in {by_id[c.value]}; a "
-                    "provider: oidc binding may not bind it by sub: use a github-actions or gitlab binding")
+                    f"binding may not bind it by sub: use a {id_providers} binding")
             for c in claims(checkmap) if c.kind == BY_SUBJECT and c.value in by_id and by_id[c.value] != name]
 
 

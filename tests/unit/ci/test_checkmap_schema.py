@@ -25,8 +25,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.ci import providers
 from gateway.ci.checkmaps import validate
 from gateway.ci.checkmaps.validate import validate_text
+from gateway.ci.providers import fields, oidc, webhook
+from gateway.ci.providers.issuers import issuer_system
 from gateway.cli.quickstart import DEMO_CHECKMAP, SCHEMA
 from tests.conftest import free_port
 
@@ -85,23 +88,26 @@ def test_the_schemas_patterns_are_the_validators_own() -> None:
     defs, github = schema["$defs"], schema["$defs"]["github"]["properties"]
     assert schema["properties"]["project"]["pattern"] == validate.SLUG.pattern
     assert schema["properties"]["checks"]["propertyNames"]["pattern"] == validate.CHECK_NAME.pattern
-    assert defs["numericId"]["pattern"] == validate.NUMERIC_ID.pattern
-    assert defs["envName"]["pattern"] == validate.ENV_NAME.pattern
-    assert defs["issuerUrl"]["pattern"] == validate.ISSUER_URL.pattern
-    assert defs["issuerUrl"]["maxLength"] == validate.MAX_ISSUER
-    assert defs["token"]["pattern"] == validate.NO_SPACE.pattern
-    assert defs["label"]["maxLength"] == validate.MAX_LABEL
-    assert defs["webhook"]["properties"]["source"]["pattern"] == validate.SOURCE.pattern
-    assert defs["oidc"]["properties"]["subject"]["pattern"] == validate.VISIBLE.pattern
-    assert defs["oidc"]["properties"]["subject"]["maxLength"] == validate.MAX_SUBJECT
-    assert github["workflows"]["items"]["pattern"] == validate.GITHUB_WORKFLOW.pattern
+    assert defs["numericId"]["pattern"] == fields.NUMERIC_ID.pattern
+    assert defs["envName"]["pattern"] == fields.ENV_NAME.pattern
+    assert defs["issuerUrl"]["pattern"] == fields.ISSUER_URL.pattern
+    assert defs["issuerUrl"]["maxLength"] == fields.MAX_ISSUER
+    assert defs["token"]["pattern"] == fields.NO_SPACE.pattern
+    assert defs["label"]["maxLength"] == fields.MAX_LABEL
     assert defs["sharedWith"]["items"]["pattern"] == validate.SLUG.pattern
-    assert set(github) == validate.BINDING_KEYS["github-actions"]
-    assert set(defs["gitlab"]["properties"]) == validate.BINDING_KEYS["gitlab"]
-    assert set(defs["oidc"]["properties"]) == validate.BINDING_KEYS["oidc"]
-    assert set(defs["webhook"]["properties"]) == validate.BINDING_KEYS["webhook"]
+    assert defs["webhook"]["properties"]["source"]["pattern"] == webhook.SOURCE.pattern
+    assert defs["oidc"]["properties"]["subject"]["pattern"] == fields.VISIBLE.pattern
+    assert defs["oidc"]["properties"]["subject"]["maxLength"] == oidc.MAX_SUBJECT
+    assert github["workflows"]["items"]["pattern"] == providers.github.WORKFLOW.pattern
     assert set(defs["check"]["properties"]) == validate.CHECK_KEYS
     assert set(schema["properties"]) == validate.TOP_KEYS
+
+
+def test_the_schema_has_one_binding_shape_per_provider_with_its_keys() -> None:
+    schema = json.loads(SCHEMA_FILE.read_text())
+    shapes = [schema["$defs"][item["$ref"].rsplit("/", 1)[1]] for item in schema["properties"]["issuers"]["items"]["oneOf"]]
+    by_provider = {shape["properties"]["provider"]["const"]: set(shape["properties"]) for shape in shapes}
+    assert by_provider == {name: set(cls.keys()) for name, cls in providers.PROVIDERS.items()}
 
 
 def shipped_maps() -> list[tuple[str, str, Path]]:
@@ -307,10 +313,14 @@ def gateway_only(data: dict[str, Any]) -> bool:
         return True
     bindings = [b for b in (data.get("issuers") or []) if isinstance(b, dict)] if isinstance(data.get("issuers"), list) else []
     names = [b.get(k) for b in bindings for k in ("secret_env", "webhook_secret_env") if isinstance(b.get(k), str)]
-    hosts = {validate.issuer_system(b["issuer"]) for b in bindings if b.get("provider") in ("github-actions", "gitlab")
-             and isinstance(b.get("issuer"), str) and validate.issuer_problem(b["issuer"]) is None}
-    generic = {validate.issuer_system(b["issuer"]) for b in bindings if b.get("provider") == "oidc"
-               and isinstance(b.get("issuer"), str) and validate.issuer_problem(b["issuer"]) is None}
+    def binds_by(binding: dict[str, Any]) -> str | None:
+        cls = providers.PROVIDERS.get(binding.get("provider"))
+        return cls.BINDS_BY if cls is not None else None
+
+    hosts = {issuer_system(b["issuer"]) for b in bindings if binds_by(b) == "ids"
+             and isinstance(b.get("issuer"), str) and fields.issuer_problem(b["issuer"]) is None}
+    generic = {issuer_system(b["issuer"]) for b in bindings if binds_by(b) == "subject"
+               and isinstance(b.get("issuer"), str) and fields.issuer_problem(b["issuer"]) is None}
     own = any(data.get("project") in b["shared_with"] for b in bindings if isinstance(b.get("shared_with"), list))
     return len(names) != len(set(names)) or bool(hosts & generic) or own
 

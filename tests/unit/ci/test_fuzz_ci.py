@@ -34,8 +34,8 @@ import yaml
 from hypothesis import HealthCheck, Phase, example, given
 from hypothesis import strategies as st
 
-from gateway.ci.checkmaps.model import OIDC_PROVIDERS
-from gateway.ci.checkmaps.validate import BINDING_KEYS, SECRET_KEYS, validate_text
+from gateway.ci.checkmaps.validate import SECRET_KEYS, validate_text
+from gateway.ci.providers import PROVIDERS
 from gateway.core.clock import SystemClock
 from gateway.core.config import Config
 from gateway.hub import Hub
@@ -56,7 +56,7 @@ SETTINGS = dict(
 
 # -- check map YAML ------------------------------------------------------------------------
 
-ALL_BINDING_KEYS = sorted(set().union(*BINDING_KEYS.values()))
+ALL_BINDING_KEYS = sorted(set().union(*(cls.keys() for cls in PROVIDERS.values())))
 yaml_scalars = (
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False)
     | st.text(max_size=30) | st.sampled_from(["refs/heads/main", "*", "123456", "kn_01JD8", "whsec_QUJD", "", "~"])
@@ -66,7 +66,7 @@ yaml_values = st.recursive(yaml_scalars, lambda inner: st.lists(inner, max_size=
 
 @st.composite
 def bindings(draw: st.DrawFn) -> dict[str, Any]:
-    provider = draw(st.sampled_from([*BINDING_KEYS, "github", "jenkins", 7]))
+    provider = draw(st.sampled_from([*PROVIDERS, "github", "jenkins", 7]))
     keys = draw(st.lists(st.sampled_from([*ALL_BINDING_KEYS, *sorted(SECRET_KEYS), "ref", "repo"]), max_size=8, unique=True))
     item: dict[str, Any] = {"provider": provider}
     for key in keys:
@@ -113,9 +113,9 @@ def assert_validated(text: str | bytes, data: Any = None) -> None:
     assert re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", result.project)
     assert result.bindings, "no binding, no vote: an empty map is refused"
     for binding in result.bindings:
-        if binding.provider in OIDC_PROVIDERS:
-            assert binding.issuer and (binding.repository_id or binding.project_id or binding.subject)
-        if binding.provider in ("github-actions", "gitlab"):
+        if binding.OIDC:
+            assert binding.issuer and binding.repository_key(), "an OIDC binding names the repository it lets speak"
+        if binding.REFS_REQUIRED:
             assert binding.refs, "a CI binding lists the refs whose runs may vote"
     if data is not None:
         assert not _has_secret(data), "a check map holding a secret is refused"

@@ -23,3 +23,22 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert block[1].startswith("./scripts/test")
     assert (ROOT / "scripts" / "test").stat().st_mode & 0o111
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_provider_table_has_a_row_per_provider_that_says_what_its_class_says() -> None:
+    from gateway.ci.providers import PROVIDERS
+
+    text = (ROOT / "docs" / "ci-attestations.md").read_text()
+    header = "| `provider:` | binds by | default issuer | `refs` | the pages say |"
+    assert header in text, "docs/ci-attestations.md has the provider table"
+    lines = text[text.index(header):].splitlines()[2:]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[:lines.index("")]]
+    by_name = {row[0].strip("`"): row for row in rows}
+    assert set(by_name) == set(PROVIDERS)
+    for name, cls in PROVIDERS.items():
+        _, binds, issuer, refs, pages = by_name[name]
+        assert binds.startswith({"ids": "ids:", "subject": "subject:", "secret": "secret:"}[cls.BINDS_BY]), name
+        assert (f"`{cls.DEFAULT_ISSUER}`" in issuer) if cls.DEFAULT_ISSUER else issuer.startswith("none"), name
+        assert refs == ("required" if cls.REFS_REQUIRED and "refs" in cls.KEYS else
+                        "optional" if "refs" in cls.KEYS else "none"), name
+        assert pages.startswith(cls.LABEL or "CI at "), name
