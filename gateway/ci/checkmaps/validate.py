@@ -13,22 +13,26 @@ line, like any other, so the file is not loaded.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
-from typing import Any
+from typing import Any, Iterable
 
 from gateway.ci.checkmaps.model import CheckMap, CheckRule, Problem
 from gateway.ci.checkmaps.yaml_lines import Locator, Path, load
 from gateway.ci.providers import PROVIDERS, Binding, id_issuers
-from gateway.ci.providers.fields import NO_SPACE, Fields, strings
+from gateway.ci.providers.fields import Fields, strings
+from gateway.core.ids import BODY as ID_BODY
 from gateway.ci.providers.issuers import issuer_system
 from gateway.knowledge.settings import SLUG
 
 
 MAX_FILE_BYTES = 256 * 1024
 LINE_BREAKS_IN_DISPUTE = frozenset("\u0085\u2028\u2029")
-# As checkmap.schema.json's pattern for a check name (a test holds them equal), and printable, which a schema cannot say.
+# As checkmap.schema.json's patterns (a test holds them equal); a check name
+# is also printable, which a schema cannot say.
 CHECK_NAME = re.compile(r"^[^\u0000-\u001f\u007f-\u009f]{1,200}$")
+ENTRY_ID = re.compile(f"^kn_{ID_BODY}$")
 MAX_CHECK_NAME = 200
 # Caps inside one file, far above what a project needs: each past-the-cap
 # item is a FILE:LINE problem, so the file fails and its last good version stays.
@@ -49,6 +53,9 @@ class _Collector:
 
     def add(self, path: Path, message: str) -> None:
         self.problems.append(Problem(self.file, self.locator.line(path), message))
+
+    def written(self, path: Path) -> str | None:
+        return self.locator.written(path)
 
 
 def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[Problem]]:
@@ -77,7 +84,8 @@ def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[P
         return None, sorted(out.problems, key=lambda p: p.line)
     for key in data:
         if key not in TOP_KEYS:
-            out.add((key,), f"unknown key {key!s}; a check map has {', '.join(sorted(TOP_KEYS))}")
+            out.add((key,), unknown_key(key, TOP_KEYS - set(data), f"unknown key {key!s}; a check map has "
+                                        f"{', '.join(sorted(TOP_KEYS))}"))
     _description(data, (), out)
     project = data.get("project")
     if not isinstance(project, str) or not SLUG.fullmatch(project):
@@ -140,8 +148,8 @@ def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | 
     before = len(out.problems)
     for key in item:
         if key not in provider.keys() and str(key).lower() not in SECRET_KEYS:
-            out.add(path + (key,), f"unknown key {key!s} for provider {provider.NAME}; allowed: "
-                    f"{', '.join(sorted(provider.keys()))}")
+            out.add(path + (key,), unknown_key(key, provider.keys() - set(item), f"unknown key {key!s} for provider {provider.NAME}; "
+                                               f"allowed: {', '.join(sorted(provider.keys()))}"))
     _description(item, path, out)
     fields = Fields(item, path, out, project)
     common: dict[str, Any] = {"project": project, "file": out.file, "line": out.locator.line(path)}
@@ -193,6 +201,19 @@ def allow_event_notes(checkmap: CheckMap) -> list[Problem]:
             for binding in checkmap.bindings for event in binding.allow_events]
 
 
+def unknown_key(key: Any, allowed: Iterable[str], otherwise: str) -> str:
+    """The problem of a key no map may hold there: the likeliest meant key
+    (among those `allowed` and not written yet) when it looks like a
+    misspelling (`suports`), else `otherwise`."""
+    meant = _closest(key, allowed)
+    return f"unknown key {key!s}: did you mean `{meant}`?" if meant is not None else otherwise
+
+
+def _closest(key: Any, allowed: Iterable[str]) -> str | None:
+    found = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.75)
+    return found[0] if found else None
+
+
 def _description(item: dict[str, Any], path: Path, out: _Collector) -> None:
     if "description" in item and not isinstance(item["description"], str):
         out.add(path + ("description",), "description is text for people, a string")
@@ -222,12 +243,17 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
             out.add(path, f"{name} must be a mapping with supports: [entry ids]")
             continue
         _description(spec, path, out)
+        misspelt = False
         for key in spec:
             if key not in CHECK_KEYS:
-                out.add(path + (key,), f"unknown key {key!s} in check {name}; allowed: {', '.join(sorted(CHECK_KEYS))}")
+                out.add(path + (key,), unknown_key(key, CHECK_KEYS - set(spec), f"unknown key {key!s} in check {name}; allowed: "
+                                                   f"{', '.join(sorted(CHECK_KEYS))}"))
+                misspelt = misspelt or _closest(key, CHECK_KEYS - set(spec)) == "supports"
         supports = spec.get("supports")
         if not isinstance(supports, list):
-            out.add(path + ("supports",) if "supports" in spec else path, f"{name}: supports must be a list of entry ids")
+            if "supports" in spec or not misspelt:  # a misspelt `supports` is reported once, above
+                out.add(path + ("supports",) if "supports" in spec else path,
+                        f"{name}: supports must be a list of entry ids")
             continue
         if len(supports) > MAX_SUPPORTS:
             out.add(path + ("supports", MAX_SUPPORTS), f"{name}: supports lists {len(supports)} entry ids; a check "
@@ -237,8 +263,10 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
         for index, entry_id in enumerate(supports):
             # Only the shape is checked here; whether the id is an entry of this
             # project is the store's to say (reported, never supported).
-            if not isinstance(entry_id, str) or not NO_SPACE.fullmatch(entry_id):
-                out.add(path + ("supports", index), f"{name}: {entry_id!s} is not an entry id")
+            if not isinstance(entry_id, str) or not ENTRY_ID.fullmatch(entry_id):
+                written = out.written(path + ("supports", index)) or str(entry_id)
+                out.add(path + ("supports", index), f"{name}: {written} is not an entry id (kn_ and 26 letters and "
+                        "digits, as the gateway shows them: kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ)")
             elif entry_id not in ids:
                 ids.append(entry_id)
         workflows = strings(spec, "workflows", path, out)

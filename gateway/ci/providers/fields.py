@@ -44,6 +44,9 @@ MAX_LABEL = 512
 class Report(Protocol):
     def add(self, path: Path, message: str) -> None: ...
 
+    def written(self, path: Path) -> str | None:
+        """The scalar at `path` as the file writes it (`0123456`, where YAML reads another number)."""
+
 
 class Fields:
     """One `issuers:` item being read, its problems reported at their lines."""
@@ -69,12 +72,15 @@ class Fields:
                              "re-registered")
             return None
         value = self.item[key]
-        if isinstance(value, int) and not isinstance(value, bool):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
             # Tokens carry ids as strings, and an unquoted number is open to how
             # YAML reads it: 0123 is 83 to the gateway's YAML 1.1 reader and 123
-            # to an editor's YAML 1.2 one, and 1_000 is 1000 to one and text to the other.
-            self.problem(key, f"{key} must be quoted, as the tokens carry it: {key}: \"{value}\" "
-                         "(an unquoted number can be read as another number)")
+            # to an editor's YAML 1.2 one, and 1_000 is 1000 to one and text to
+            # the other.  So the message quotes the text as written, never the
+            # number a reader made of it.
+            written = self.report.written(self.path + (key,)) or "the id as your CI shows it"
+            self.problem(key, f"{key} must be quoted, as the tokens carry it: {key}: \"{written}\" "
+                         "(unquoted, YAML readers can take it for another number)")
             return None
         if not isinstance(value, str) or not NUMERIC_ID.fullmatch(value):
             self.problem(key, f"{key} must be the numeric id, quoted, e.g. \"123456\"")

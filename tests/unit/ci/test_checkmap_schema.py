@@ -95,6 +95,7 @@ def test_the_schemas_patterns_are_the_validators_own() -> None:
     assert defs["token"]["pattern"] == fields.NO_SPACE.pattern
     assert defs["label"]["maxLength"] == fields.MAX_LABEL
     assert defs["sharedWith"]["items"]["pattern"] == validate.SLUG.pattern
+    assert defs["entryId"]["pattern"] == validate.ENTRY_ID.pattern
     assert defs["webhook"]["properties"]["source"]["pattern"] == webhook.SOURCE.pattern
     assert defs["oidc"]["properties"]["subject"]["pattern"] == fields.VISIBLE.pattern
     assert defs["oidc"]["properties"]["subject"]["maxLength"] == oidc.MAX_SUBJECT
@@ -157,7 +158,7 @@ issuers:
     refs: [refs/heads/main]
 checks:
   migrations:
-    supports: [kn_1]
+    supports: [kn_00000000000000000000000001]
 """
 
 
@@ -171,7 +172,7 @@ checks:
     (("- provider: github-actions\n", "- provider: github-actions\n    issuer: HTTPS://ghe.example.com\n"),
      "issuer must be"),
     (("project: acme", 'project: "acme\\n"'), "project must be a project slug"),
-    (("[kn_1]", '["kn\\u00a01"]'), "is not an entry id"),
+    (("[kn_00000000000000000000000001]", '["kn\\u00a01"]'), "is not an entry id"),
 ])
 def test_what_the_schema_refuses_the_gateway_refuses(change: tuple[str, str], message: str) -> None:
     assert gateway_problems(GOOD) == [] and schema_errors(GOOD) == []
@@ -225,7 +226,8 @@ OIDC_ISSUERS = mostly(("https://ci.example.com",), ("https://ci.example.com/", "
                                                     "https://ci.example.com/a?b", "https://c i.example.com", 3))
 SUBJECTS = mostly(("repo:acme/api",), ("   ", "\u2028", "x" * 1024, "x" * 1025, "", 5, "whsec_1"))
 SOURCES = mostly(("nightly-canary",), ("a.b_c", "github", "Nightly", "-x", "whsec_1", "x" * 64, 9))
-SUPPORTS = mostly(("kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "ENTRY_ID"), ("x" * 513, 5))
+SUPPORTS = mostly(("kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "kn_" + "0" * 26),
+                  ("ENTRY_ID", "not-an-id", "kn_1", "kn_01jd8xq4m3v9t7r2k5n6p8w0yz", "kn_01JD8XQ4M3V9T7R2K5N6P8W0YI", "x" * 513, 5))
 FLAG = mostly((True, False), ("yes", 1))
 SHARED = mostly(("beta", "gamma-2"), ("Beta", "-x", "a" * 64, "beta\n", "", 5, "whsec_1"))
 EXTRA_KEYS = pool("ref", "token", "secret", "Secret", "notes")
@@ -272,8 +274,8 @@ def binding(draw: Any) -> dict[str, Any]:
 @st.composite
 def check(draw: Any) -> Any:
     if draw(st.integers(0, 19)) == 0:
-        return draw(pool(None, [], "kn_1", {"support": ["kn_1"]}))
-    spec: dict[str, Any] = {"supports": draw(st.one_of(st.lists(SUPPORTS, max_size=3), pool(None, "kn_1")))}
+        return draw(pool(None, [], "kn_00000000000000000000000001", {"support": ["kn_00000000000000000000000001"]}))
+    spec: dict[str, Any] = {"supports": draw(st.one_of(st.lists(SUPPORTS, max_size=3), pool(None, "kn_00000000000000000000000001")))}
     if draw(st.booleans()):
         spec["workflows"] = draw(lists(WORKFLOWS))
     if draw(st.integers(0, 9)) == 0:

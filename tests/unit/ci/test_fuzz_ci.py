@@ -59,7 +59,7 @@ SETTINGS = dict(
 ALL_BINDING_KEYS = sorted(set().union(*(cls.keys() for cls in PROVIDERS.values())))
 yaml_scalars = (
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False)
-    | st.text(max_size=30) | st.sampled_from(["refs/heads/main", "*", "123456", "kn_01JD8", "whsec_QUJD", "", "~"])
+    | st.text(max_size=30) | st.sampled_from(["refs/heads/main", "*", "123456", "kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "whsec_QUJD", "", "~"])
 )
 yaml_values = st.recursive(yaml_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
 
@@ -86,7 +86,7 @@ def check_maps(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.integers(0, 9)):
         data["checks"] = draw(st.dictionaries(
             st.text(max_size=12) | st.sampled_from(["unit", "x" * 201]),
-            st.fixed_dictionaries({"supports": st.lists(st.sampled_from(["kn_01JD8", "kn_01JD9"]) | yaml_scalars, max_size=3)},
+            st.fixed_dictionaries({"supports": st.lists(st.sampled_from(["kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "kn_01JD9A2B3C4D5E6F7G8H9J0K1M", "kn_01JD8"]) | yaml_scalars, max_size=3)},
                                   optional={"workflows": yaml_values, "secret": yaml_scalars, "extra": yaml_values}) | yaml_values,
             max_size=3,
         ))
@@ -123,7 +123,7 @@ def assert_validated(text: str | bytes, data: Any = None) -> None:
 
 @given(data=check_maps())
 @example(data={"project": "acme", "issuers": [{"provider": "github-actions", "repository_id": "1", "repository_owner_id": "2",
-                                               "refs": ["refs/heads/main"]}], "checks": {"unit": {"supports": ["kn_1"]}}})
+                                               "refs": ["refs/heads/main"]}], "checks": {"unit": {"supports": ["kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ"]}}})
 @example(data={"project": "acme", "issuers": [{"provider": "webhook", "source": "canary", "secret": "s3cret"}], "checks": {}})
 @hypothesis.settings(max_examples=300, **SETTINGS)
 def test_any_check_map_is_validated_fail_closed(data: dict[str, Any]) -> None:

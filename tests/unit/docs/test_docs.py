@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from gateway.core.config import SETTINGS, settings_markdown
@@ -42,3 +43,15 @@ def test_the_provider_table_has_a_row_per_provider_that_says_what_its_class_says
         assert refs == ("required" if cls.REFS_REQUIRED and "refs" in cls.KEYS else
                         "optional" if "refs" in cls.KEYS else "none"), name
         assert pages.startswith(cls.LABEL or "CI at "), name
+
+
+def test_no_file_cites_a_document_the_repository_does_not_hold() -> None:
+    """The product's external contract and its knowledge rule live outside the
+    repository: a file states the rule it follows instead of naming them."""
+    cited = re.compile("CONTRA" + r"CT\b|" + "KNOWLEDGE" + r"\.md")
+    roots = [ROOT / name for name in ("gateway", "docs", "checkmaps", "deploy", "tests", "scripts", "bench")]
+    files = [ROOT / "README.md"] + [p for root in roots for p in root.rglob("*")
+                                     if p.is_file() and p.suffix in (".py", ".md", ".yaml", ".yml", ".json", ".sh", "")]
+    found = [f"{path.relative_to(ROOT)}:{number}" for path in files if "__pycache__" not in path.parts
+             for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if cited.search(line)]
+    assert found == []
