@@ -53,7 +53,7 @@ class RunFacts:
     home: str | None  # the repository (project path) the run's code came from, by name
     # The provider's own facts, as its credential carries them (GitHub's
     # repository_id, GitLab's ref_protected, ...): read by its own `refusal`.
-    ids: Mapping[str, Any] = field(default_factory=dict)
+    provider_facts: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)

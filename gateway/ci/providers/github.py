@@ -139,17 +139,17 @@ class GitHubActions(Binding):
             ref_type=str_claim(claims, "ref_type") or "",
             workflow=cls.workflow_of(claims),
             home=cls.home(claims),
-            ids={"repository_id": id_claim(claims, "repository_id"),
+            provider_facts={"repository_id": id_claim(claims, "repository_id"),
                  "repository_owner_id": id_claim(claims, "repository_owner_id")},
         )
 
     def refusal(self, run: RunFacts) -> Refusal | None:
         """Why this run may not vote through this binding (None: it may).  The
         one GitHub policy: the OIDC door raises it, the webhook door records nothing."""
-        if run.ids.get("repository_id") != self.repository_id:
+        if run.provider_facts.get("repository_id") != self.repository_id:
             return Refusal("binding_mismatch", "repository_id",
                            "the run's code came from another repository than the bound one (a fork's pull request?)")
-        carried_owner = run.ids.get("repository_owner_id")
+        carried_owner = run.provider_facts.get("repository_owner_id")
         if self.repository_owner_id is not None and carried_owner != self.repository_owner_id:
             return mismatched("repository_owner_id", self.repository_owner_id, carried_owner, self.where())
         if run.event not in VOTING_EVENTS and run.event not in self.allow_events:
@@ -220,6 +220,6 @@ def run_from_workflow_run(payload: dict[str, Any], run: dict[str, Any]) -> RunFa
         ref_type=None,
         workflow=workflows.WorkflowRef(full_name, path, None) if full_name else None,
         home=full_name,
-        ids={"repository_id": object_id(run.get("head_repository")),
+        provider_facts={"repository_id": object_id(run.get("head_repository")),
              "repository_owner_id": object_id(repository.get("owner"))},
     )

@@ -90,15 +90,15 @@ class GitLab(Binding):
             ref_type=str_claim(claims, "ref_type") or "",
             workflow=cls.workflow_of(claims),
             home=cls.home(claims),
-            ids={"project_id": id_claim(claims, "project_id"), "namespace_id": id_claim(claims, "namespace_id"),
+            provider_facts={"project_id": id_claim(claims, "project_id"), "namespace_id": id_claim(claims, "namespace_id"),
                  "ref_protected": claims.get("ref_protected")},
         )
 
     def refusal(self, run: RunFacts) -> Refusal | None:
         """Why this pipeline may not vote through this binding (None: it may)."""
-        if run.ids.get("project_id") != self.project_id:
+        if run.provider_facts.get("project_id") != self.project_id:
             return Refusal("binding_mismatch", "project_id", "the pipeline is not of the bound project")
-        carried_namespace = run.ids.get("namespace_id")
+        carried_namespace = run.provider_facts.get("namespace_id")
         if self.namespace_id is not None and carried_namespace != self.namespace_id:
             return mismatched("namespace_id", self.namespace_id, carried_namespace, self.where())
         if run.event in REFUSED_SOURCES and run.event not in self.allow_events:
@@ -110,7 +110,7 @@ class GitLab(Binding):
         if not listed(self.refs, run.ref):
             return mismatched("ref", f"one of {', '.join(self.refs or ())}", run.ref, self.where())
         # Exactly the string GitLab writes: a boolean, "True" or a missing claim is not GitLab's protected ref.
-        protected = run.ids.get("ref_protected")
+        protected = run.provider_facts.get("ref_protected")
         if protected != "true":
             return mismatched("ref_protected", '"true" (only a protected ref\'s pipelines vote)', shown(repr(protected)),
                               self.where())
