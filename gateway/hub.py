@@ -26,6 +26,7 @@ from gateway.ci.intake import AttestationIntake
 from gateway.ci.oidc.fetch import JsonFetcher
 from gateway.ci.oidc.keys import KeyCache
 from gateway.ci.oidc.verifier import TokenVerifier
+from gateway.ci.providers.github_webhook import GitHubWebhooks
 from gateway.core.clock import Clock, SystemClock
 from gateway.core.config import Config
 from gateway.knowledge.ledger import Ledger
@@ -80,6 +81,7 @@ class Hub:
             config=config, clock=self.clock, driver=self.driver, knowledge=self.knowledge, metrics=self.metrics,
             registry=self.checkmaps, verifier=self.verifier,
         )
+        self.github_webhooks = GitHubWebhooks(self.intake)
         self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False

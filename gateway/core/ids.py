@@ -6,6 +6,7 @@ import os
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
+BODY = "[0-9A-HJKMNP-TV-Z]{26}"  # what follows the prefix and `_`: a pattern, for the checks that read ids offline
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> two characters
 _last_millis: tuple[int, str] = (-1, "")  # ids made within one millisecond share its digits
 

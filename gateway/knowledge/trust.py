@@ -1,4 +1,6 @@
-"""The trust rule of KNOWLEDGE.md as plain functions over plain data.
+"""The trust rule as plain functions over plain data: whatever a machine
+writes enters unconfirmed, and only an owner or K distinct CI issuers move
+it across, never past a live contradiction.
 
 No I/O and no clock of its own: every function takes `now`.  The store reads
 the facts, asks these functions what the rule says, and writes the answer in

@@ -548,8 +548,8 @@ def small_map(project: str, *, issuers: int = 1, checks: int = 1, supports: int 
     lines = [f"project: {project}", "issuers:"]
     for n in range(issuers):
         lines += ["  - provider: webhook", f"    source: canary-{n}", f"    secret_env: CANARY_{project.replace('-', '_')}_{n}_SECRET"]
-    lines += ["checks:", "  check-0:", "    supports:"] + [f"      - kn_{n}" for n in range(supports)]
-    lines += [f"  check-{n}: {{supports: [kn_0]}}" for n in range(1, checks)]
+    lines += ["checks:", "  check-0:", "    supports:"] + [f"      - kn_{n:026d}" for n in range(supports)]
+    lines += [f"  check-{n}: {{supports: [kn_{0:026d}]}}" for n in range(1, checks)]
     return "\n".join(lines) + "\n"
 
 
@@ -580,7 +580,7 @@ def test_caps_inside_one_check_map_are_problems_at_their_line(tmp_path: Path) ->
                 f"(this is check {MAX_CHECKS + 1})")])
     text = small_map("acme", supports=MAX_SUPPORTS + 1)
     assert validate_text(text, "acme.yaml") == (None, [
-        Problem("acme.yaml", line_of(text, f"- kn_{MAX_SUPPORTS}"),
+        Problem("acme.yaml", line_of(text, f"- kn_{MAX_SUPPORTS:026d}"),
                 f"check-0: supports lists {MAX_SUPPORTS + 1} entry ids; a check supports at most {MAX_SUPPORTS} "
                 f"(this is id {MAX_SUPPORTS + 1})")])
 
@@ -593,7 +593,7 @@ def test_caps_inside_one_check_map_are_problems_at_their_line(tmp_path: Path) ->
     assert registry.reload() is True
     [row] = registry.status()
     assert "a check supports at most" in row["error"] and row["sha256"] is not None
-    assert registry.snapshot.rule("acme", "check-0").supports == ("kn_0", "kn_1")
+    assert registry.snapshot.rule("acme", "check-0").supports == (f"kn_{0:026d}", f"kn_{1:026d}")
 
     # The editors' schema says the same.
     schema = json.loads((REPO / "checkmaps" / "checkmap.schema.json").read_text())
