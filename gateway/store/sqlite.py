@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.errors import Unavailable
-from gateway.store.base import T, Unit
+from gateway.store.base import Driver, T, Unit
 from gateway.store.fts_counts import PhraseCounts
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
 
@@ -102,7 +102,7 @@ def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
-class SqliteDriver:
+class SqliteDriver(Driver):
     dialect = "sqlite"
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 15000) -> None:
@@ -214,7 +214,7 @@ class SqliteDriver:
 
     async def read_statement(self, unit: Unit[T]) -> T:
         """`read` for a unit of one statement, without BEGIN and COMMIT
-        (`gateway.store.base.read_statement`): the statement is its own read
+        (`Driver.read_statement`): the statement is its own read
         transaction, which ends when its cursor is released (`SqliteTx`
         keeps none past the call that ran it)."""
         from gateway.store.queries import Queries
