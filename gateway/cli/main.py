@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from gateway import __version__
 from gateway.core.config import Config
@@ -24,18 +24,21 @@ from gateway.core.errors import GatewayError
 if TYPE_CHECKING:
     from gateway.hub import Hub
 
+    # What `add_subparsers` returns: each command module adds its commands to it.
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
 
 class CommandError(Exception):
     """A failure to report as one line on stderr."""
 
 
-def open_hub(args: argparse.Namespace) -> Any:
+def open_hub(args: argparse.Namespace) -> Hub:
     from gateway.hub import Hub
 
     return Hub(Config.from_env(database_url=getattr(args, "database_url", None)))
 
 
-def run_with_hub(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+def run_with_hub(work: Callable[[Hub, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
     """Run `work(hub, args)` with an open store and no background tasks."""
 
     def command(args: argparse.Namespace) -> int:
@@ -253,7 +256,7 @@ def store_options() -> argparse.ArgumentParser:
     return options
 
 
-def command_group(sub: Any, name: str, help: str) -> Any:
+def command_group(sub: Subcommands, name: str, help: str) -> Subcommands:
     """A command of several actions (`token create`, `token list`, ...):
     given alone, it prints its actions instead of an argparse error."""
     parser = sub.add_parser(name, help=help, description=help)

@@ -184,7 +184,7 @@ class LoopBatchingHandler(logging.Handler):
         # logging.Handler makes an RLock in createLock(); other threads (the
         # store's writer) log too.
         assert self.lock is not None
-        return self.lock  # type: ignore[return-value]
+        return self.lock
 
     def close(self) -> None:
         self.flush()

@@ -212,7 +212,7 @@ class PostgresDriver(Driver):
         self._gate = asyncio.Semaphore(self._options["pool_max"])
 
         def connect() -> Awaitable[Any]:
-            return asyncpg.connect(
+            connecting: Awaitable[Any] = asyncpg.connect(
                 self._dsn,
                 timeout=CONNECT_TIMEOUT,
                 command_timeout=timeout_ms / 1000 + 5,
@@ -224,6 +224,7 @@ class PostgresDriver(Driver):
                     "application_name": "relayroom-gateway",
                 },
             )
+            return connecting
 
         connections = Connections(connect)
         try:
@@ -288,7 +289,7 @@ class PostgresDriver(Driver):
     async def ping(self) -> bool:
         try:
             async with self._acquire(timeout=2) as conn:
-                return await conn.fetchval("SELECT 1") == 1
+                return bool(await conn.fetchval("SELECT 1") == 1)
         except Exception:  # readiness reports the failure; it never raises
             return False
 

@@ -9,30 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from gateway.core.config import Config
 from gateway.hub import Hub
+from gateway.web import api, api_docs, attest, dashboard, health, openapi, owner_api, pages
 from gateway.web.errors import EXCEPTION_HANDLERS
 from gateway.web.middleware import GuardMiddleware
 
 # The router tries routes in order: CI attestations, the hottest write path,
 # come right after the cheap health routes.
-ROUTE_MODULES = (
-    "gateway.web.health",
-    "gateway.web.attest",
-    "gateway.web.api",
-    "gateway.web.owner_api",
-    "gateway.web.pages",
-    "gateway.web.dashboard",
-    "gateway.web.openapi",
-    "gateway.web.api_docs",
-)
+ROUTE_MODULES = (health, attest, api, owner_api, pages, dashboard, openapi, api_docs)
 
 
 def app_from_env() -> Starlette:
@@ -63,10 +54,7 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
     drive the hub themselves pass False.
     """
     hub = hub or Hub(config or Config.from_env())
-    routes: list[Any] = []
-    for name in ROUTE_MODULES:
-        module = importlib.import_module(name)
-        routes.extend(getattr(module, "routes", []))
+    routes: list[BaseRoute] = [route for module in ROUTE_MODULES for route in module.routes]
 
     from gateway.mcp.server import build_mcp_app
 
@@ -89,7 +77,7 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
 
     app = Starlette(
         routes=routes,
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         middleware=[Middleware(GuardMiddleware, metrics=hub.metrics)],
         lifespan=lifespan,
     )
