@@ -80,13 +80,6 @@ def test_blocked_until_is_latest_live_contradiction() -> None:
     assert decision.blocked_until == b.until
 
 
-def test_window_is_fixed_when_recorded() -> None:
-    # Recorded under a 30-day window; the setting later shrinks to 1 day.
-    c = live(age_days=5, window=30)
-    decision = trust.on_confirm(EntryFacts("contradicted", contradictions=(c,)), NOW)
-    assert decision.verdict is Verdict.BLOCKED
-
-
 CONTRADICT_CASES = [
     ("candidate", EntryFacts("candidate"), "p", 0, Verdict.CONTRADICT),
     ("trusted", EntryFacts("trusted"), "p", 0, Verdict.CONTRADICT),
