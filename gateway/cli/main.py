@@ -98,13 +98,9 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
         log_config=None,
         access_log=False,
         # Python's own loop, not uvloop (which uvicorn[standard] installs and
-        # "auto" would pick): under load uvloop took new connections in late.
-        # 64 clients connecting at once to a gateway busy with recalls: the
-        # last ones' first answers came after up to 1.2 s on the wire (the
-        # server's own time under 130 ms), against 0.1 s on asyncio.  uvloop
-        # is faster on a hello-world route (about 11%), hardly on a recall
-        # or an attestation (2-5% of server CPU, within the noise; paired in
-        # bench/README.md, "2026-12-05").
+        # "auto" would pick): under load uvloop took new connections in late,
+        # and its speed-up on a real request is within the noise
+        # (docs/decisions/0006).
         loop="asyncio",
         proxy_headers=True,
         h11_max_incomplete_event_size=128 * 1024,

@@ -257,9 +257,8 @@ def untraced(server: MCPServer[Any]) -> None:
     """Leave out the SDK's OpenTelemetry middleware.
 
     It wraps every MCP message in a span, and with no OpenTelemetry SDK in
-    the process the span records nothing. Building it cost 40-60 us of
-    server time per tool call, about a twentieth of a recall through
-    `/mcp` (bench/README.md). `build_mcp_app` decides once, when the app is
+    the process the span records nothing but still costs server time on
+    every tool call (docs/decisions/0008). `build_mcp_app` decides once, when the app is
     built: a process that installs a tracer provider before that (as
     `opentelemetry-instrument relayroom serve` does) keeps the SDK's spans."""
     server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]

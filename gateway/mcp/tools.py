@@ -56,8 +56,8 @@ def flat_schema(schema: dict[str, Any]) -> dict[str, Any]:
     The same constraints, published so that a client's validator checks a
     recall answer fast: the Python SDK client validates every result against
     the output schema with `jsonschema`, and resolving a `$ref` per entry and
-    trying an `anyOf` per nullable field cost it about 0.4 ms of a 10-entry
-    recall's 0.9 ms (bench/mcp_overhead.py measures the whole call)."""
+    trying an `anyOf` per nullable field were most of that check
+    (docs/decisions/0012)."""
     defs = schema.get("$defs", {})
 
     def walk(node: Any) -> Any:

@@ -391,10 +391,9 @@ class PostgresDriver(Driver):
 
         if self._pool is None:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
-        # Requests queue here, first come first served (asyncpg's pool let a
+        # Requests queue here, first come first served: asyncpg's pool let a
         # newcomer take a connection released for a woken waiter, which then
-        # queued again at the back: at 64 clients on 10 connections, p50 9 ms
-        # but p99 250 ms in bench/attest.py).
+        # queued again at the back and made the tail (docs/decisions/0010).
         pool, gate = self._pool, self._gate
         try:
             async with asyncio.timeout(timeout):

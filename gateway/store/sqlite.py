@@ -34,11 +34,10 @@ log = logging.getLogger("relayroom.store")
 
 MAX_GROUP = 256
 # The write-ahead log is folded into the database by a connection of its
-# own on a worker thread, after this many commits (SQLite's own automatic
-# checkpoint runs inside the COMMIT that passes 1,000 pages, copying them
-# and syncing the file while every write behind it waits: the slowest
-# recalls were the ones that queued behind it).  A recall commits about six
-# pages, so this is about as often as SQLite would.
+# own on a worker thread, after this many commits: SQLite's own automatic
+# checkpoint runs inside a COMMIT while every write behind it waits, and
+# the slowest recalls were the ones that queued behind it.  About as often
+# as SQLite would, for commits of recall records (docs/decisions/0001).
 CHECKPOINT_EVERY = 150
 
 

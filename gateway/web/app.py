@@ -33,16 +33,11 @@ def app_from_env() -> Starlette:
     config = Config.from_env()
     configure_logging(config.log_level, config.log_format)
     app = build_app(Hub(config))
-    # What is built at start (routes, the MCP SDK's pydantic models) lives as
-    # long as the process: keep it out of the garbage collector's scans, whose
-    # full passes otherwise show up as latency spikes (bench/attest.py: p99
-    # about 40% lower).  Collect first so no garbage is pinned.
+    # What is built at start lives as long as the process: keep it out of the
+    # collector's full passes, which showed as latency spikes, and collect
+    # young objects ten times more rarely (docs/decisions/0003).
     gc.collect()
     gc.freeze()
-    # A request allocates a few hundred short-lived objects; the default
-    # young-generation threshold (700) runs a collection every other CI
-    # attestation.  Ten times that keeps the pauses as short (they scan only
-    # young objects) and ten times rarer.
     gc.set_threshold(7000, 10, 10)
     return app
 
