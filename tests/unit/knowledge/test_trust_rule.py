@@ -1,5 +1,5 @@
-"""The trust rule of KNOWLEDGE.md as a table of cases and as properties,
-over the pure functions alone (no store, no clock of its own)."""
+"""The trust rule (gateway/knowledge/trust.py) as a table of cases and as
+properties, over the pure functions alone (no store, no clock of its own)."""
 
 from __future__ import annotations
 
