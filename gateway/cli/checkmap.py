@@ -16,12 +16,15 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.cli.main import CommandError, command_group
 from gateway.core.clock import SystemClock
 from gateway.core.config import Config
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 
 def _store_url(args: argparse.Namespace, config: Config) -> str | None:
@@ -79,7 +82,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     checkmap = command_group(sub, "checkmap", "check maps: check")
     check = checkmap.add_parser("check", parents=[store], help="validate every check map; prints FILE:LINE: message per problem")
     check.add_argument("dir", nargs="?", default=None, help="folder of check maps (default: RELAYROOM_CHECKMAPS or ./checkmaps)")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.errors import Unavailable
-from gateway.store.base import T, Unit
+from gateway.store.base import Driver, T, Unit
 from gateway.store.fts_counts import PhraseCounts
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
 
@@ -34,11 +34,10 @@ log = logging.getLogger("relayroom.store")
 
 MAX_GROUP = 256
 # The write-ahead log is folded into the database by a connection of its
-# own on a worker thread, after this many commits (SQLite's own automatic
-# checkpoint runs inside the COMMIT that passes 1,000 pages, copying them
-# and syncing the file while every write behind it waits: the slowest
-# recalls were the ones that queued behind it).  A recall commits about six
-# pages, so this is about as often as SQLite would.
+# own on a worker thread, after this many commits: SQLite's own automatic
+# checkpoint runs inside a COMMIT while every write behind it waits, and
+# the slowest recalls were the ones that queued behind it.  About as often
+# as SQLite would, for commits of recall records (docs/decisions/0001).
 CHECKPOINT_EVERY = 150
 
 
@@ -102,7 +101,7 @@ def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
-class SqliteDriver:
+class SqliteDriver(Driver):
     dialect = "sqlite"
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 15000) -> None:
@@ -214,7 +213,7 @@ class SqliteDriver:
 
     async def read_statement(self, unit: Unit[T]) -> T:
         """`read` for a unit of one statement, without BEGIN and COMMIT
-        (`gateway.store.base.read_statement`): the statement is its own read
+        (`Driver.read_statement`): the statement is its own read
         transaction, which ends when its cursor is released (`SqliteTx`
         keeps none past the call that ran it)."""
         from gateway.store.queries import Queries
