@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Coroutine
 
 from gateway.accounts.service import Accounts
 from gateway.accounts.sessions import Sessions
@@ -26,6 +26,7 @@ from gateway.ci.intake import AttestationIntake
 from gateway.ci.oidc.fetch import JsonFetcher
 from gateway.ci.oidc.keys import KeyCache
 from gateway.ci.oidc.verifier import TokenVerifier
+from gateway.ci.providers.github_webhook import GitHubWebhooks
 from gateway.core.clock import Clock, SystemClock
 from gateway.core.config import Config
 from gateway.knowledge.ledger import Ledger
@@ -46,11 +47,13 @@ class Hub:
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self.driver: Driver = driver or open_driver(config.database_url)
+        self.metrics = Metrics()
         self.accounts = Accounts(self.driver, self.clock)
         self.sessions = Sessions(self.driver, self.clock, config)
         self.knowledge = Knowledge(
             self.driver,
             self.clock,
+            self.metrics,
             WriteLimits(config.learn_per_hour, config.events_per_hour, config.recalls_per_hour),
         )
         # Recall reads the knowledge service's budgets per call, so that one
@@ -62,8 +65,9 @@ class Hub:
         if stage is not None:
             stage.driver = self.driver
         self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits, stage, status)
-        self.metrics = Metrics()
-        self.knowledge.metrics = self.recall.metrics = self.metrics
+        # The one collaborator still attached after construction: Recall's
+        # constructor does not take its metrics yet.
+        self.recall.metrics = self.metrics
         self.proposals = Proposals(self.driver, self.clock, lambda: self.knowledge.limits)
         self.threads = Threads(self.driver, self.clock, self.knowledge)
         self.ledger = Ledger(self.driver, self.clock)
@@ -82,6 +86,7 @@ class Hub:
             config=config, clock=self.clock, driver=self.driver, knowledge=self.knowledge, metrics=self.metrics,
             registry=self.checkmaps, verifier=self.verifier,
         )
+        self.github_webhooks = GitHubWebhooks(self.intake)
         self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False
@@ -120,7 +125,7 @@ class Hub:
         await self.driver.close()
         self.started = False
 
-    def add_task(self, coro: Any, name: str) -> None:
+    def add_task(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     async def sweep(self) -> int:

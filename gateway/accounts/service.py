@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from gateway.accounts import tokens
 from gateway.core.clock import Clock
 from gateway.core.errors import Conflict, Invalid, NotFound, Unauthorized
+from gateway.core.visible import marked
+from gateway.knowledge.inputs import refuse_invisible
 from gateway.knowledge.permissions import require
 from gateway.knowledge.model import LEVELS, Principal, Project, ProjectSettings
-from gateway.knowledge.settings import SLUG, default_settings, validate_settings
-from gateway.store.base import Driver, read_statement
+from gateway.knowledge.settings import PRINCIPAL, PRINCIPAL_RULE, SLUG, SLUG_RULE, default_settings, validate_settings
+from gateway.store.base import Driver
 from gateway.store.queries import Queries, _project
 
-PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
+MAX_PLAYBOOK = 60000
 
 DEFAULT_PLAYBOOK = """# RELAYROOM.md
 
@@ -33,10 +34,8 @@ decisions) in the RelayRoom Knowledge Gateway.
 def check_token_request(level: object, name: object) -> None:
     if level not in LEVELS:
         raise Invalid(f"level must be one of {', '.join(LEVELS)}", code="invalid_level")
-    if not isinstance(name, str) or not PRINCIPAL.match(name):
-        raise Invalid(
-            "principal name must be 1-128 characters of letters, digits and . _ @ : -", code="invalid_principal"
-        )
+    if not isinstance(name, str) or not PRINCIPAL.fullmatch(name):
+        raise Invalid(f"principal name must be {PRINCIPAL_RULE}", code="invalid_principal")
 
 
 class Accounts:
@@ -45,8 +44,8 @@ class Accounts:
         self.clock = clock
 
     async def create_project(self, slug: str, *, k: int | None = None, window_days: float | None = None) -> Project:
-        if not isinstance(slug, str) or not SLUG.match(slug):
-            raise Invalid("project slug must match ^[a-z0-9][a-z0-9-]{0,62}$", code="invalid_slug")
+        if not isinstance(slug, str) or not SLUG.fullmatch(slug):
+            raise Invalid(f"project slug must be {SLUG_RULE}", code="invalid_slug")
         changes: dict[str, Any] = {}
         if k is not None:
             changes["k_distinct_issuers"] = k
@@ -146,7 +145,10 @@ class Accounts:
         """The principal behind a bearer token, or 401."""
         if not secret or len(secret) > tokens.MAX_TOKEN_CHARS:
             raise Unauthorized("the bearer token is not valid for this gateway", code="invalid_token")
-        row = await read_statement(self.driver, lambda q: q.token_by_hash(tokens.digest(secret)))
+        unexpanded = tokens.placeholder_message(secret)
+        if unexpanded is not None:
+            raise Unauthorized(unexpanded, code="invalid_token")
+        row = await self.driver.read_statement(lambda q: q.token_by_hash(tokens.digest(secret)))
         if row is None or row["revoked_at"] is not None or not tokens.matches(secret, row["token_hash"]):
             raise Unauthorized("the bearer token is not valid for this gateway (unknown or revoked)", code="invalid_token")
         return Principal(project=_project(row), name=row["principal"], level=row["level"])
@@ -175,12 +177,14 @@ class Accounts:
         return await self.driver.write(unit)
 
     async def playbook(self, principal: Principal) -> str:
-        return await self.driver.read(lambda q: q.playbook(principal.project.id))
+        # Marked as RELAYROOM.md serves it (gateway.knowledge.playbook).
+        return marked(await self.driver.read(lambda q: q.playbook(principal.project.id)))
 
     async def set_playbook(self, principal: Principal, text: str) -> None:
         require(principal, "edit_playbook")
-        if len(text) > 60000 or "\x00" in text:
-            raise Invalid("the playbook must be text under 60000 characters", code="invalid_field")
+        if len(text) > MAX_PLAYBOOK:
+            raise Invalid(f"the playbook must be text under {MAX_PLAYBOOK} characters", code="invalid_field")
+        refuse_invisible(text, "the playbook")
         now = self.clock.now()
 
         async def unit(q: Queries) -> None:

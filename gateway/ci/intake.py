@@ -1,9 +1,10 @@
 """The attestation intake: a verified CI voice becomes a recorded attestation
 and, when the check map maps its check, support for entries.
 
-Three doors lead here: an OIDC token (`POST /v1/attestations`), GitHub's
-`workflow_run` webhook, and a Standard Webhooks source.  Each ends in one
-store write unit that
+Three doors lead here: an OIDC token (`POST /v1/attestations`, `from_token`),
+a Standard Webhooks source (`from_source`), and GitHub's `workflow_run`
+webhook, which lives with its provider (`gateway.ci.providers.github_webhook`).
+Each ends in one store write unit (`record`) that
 
 1. reserves the replay key (the token's `jti` until it could no longer be
    accepted, the signed run id and attempt, or the `webhook-id`),
@@ -26,32 +27,32 @@ import os
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-from gateway.knowledge.settings import SLUG
-from gateway.ci.checkmaps.model import GITHUB_HOST, Binding, CheckRule
+from gateway.ci import webhook_signatures as signatures
+from gateway.ci.checkmaps.model import CheckRule
 from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.ci.oidc.token import LEEWAY_SECONDS
+from gateway.ci.oidc.verifier import TokenVerifier
+from gateway.ci.providers import workflows
+from gateway.ci.providers.webhook import StandardWebhook, source_key
+from gateway.ci.providers.workflows import WorkflowRef
 from gateway.core.clock import Clock
 from gateway.core.config import Config
-from gateway.core.metrics import Metrics
 from gateway.core.errors import BadRequest, Conflict, Forbidden, Invalid, NotFound, Unauthorized
 from gateway.core.ids import new_id
 from gateway.core.logs import note
+from gateway.core.metrics import Metrics
+from gateway.core.visible import describe, first_invisible
 from gateway.knowledge.model import Support
 from gateway.knowledge.service import Knowledge
+from gateway.knowledge.settings import SLUG
 from gateway.store.base import Driver, write_statement
 from gateway.store.queries.attestations import Recorded, Replay
-from gateway.ci.oidc import github, workflows
-from gateway.ci.oidc.claims import Refusal, object_id
-from gateway.ci.oidc.token import LEEWAY_SECONDS
-from gateway.ci.oidc.verifier import TokenVerifier
-from gateway.ci.oidc.workflows import WorkflowRef
-from gateway.ci import webhook_signatures as signatures
 
 log = logging.getLogger("relayroom.attestations")
 
 OUTCOMES = ("success", "failure", "cancelled", "skipped")
 MAX_CHECK = 200
 MAX_RUN_URL = 2000
-MIN_WEBHOOK_SECRET = 16  # characters; GitHub's guidance is a long random string
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,25 @@ class Statement:
     run_url: str | None
 
 
-def read_statement(body: Mapping[str, Any], *, any_outcome: bool = False) -> Statement:
-    check = body.get("check")
+def read_check(check: Any) -> str:
+    """`check` as a check name, or the refusal.  A check name is shown to
+    the owner beside the entries it supports: visible text only."""
+    if isinstance(check, str) and (found := first_invisible(check)) is not None:
+        raise Invalid(f"check holds an invisible character ({describe(*found)}); a check name is text a person "
+                      "can read", code="invisible_text", extra={"field": "check"})
     if not isinstance(check, str) or not 1 <= len(check) <= MAX_CHECK or not check.isprintable():
-        raise Invalid(f"check must be 1 to {MAX_CHECK} printable characters", code="invalid_check", extra={"field": "check"})
+        raise Invalid(f"check must be 1 to {MAX_CHECK} printable characters", code="invalid_check",
+                      extra={"field": "check"})
+    return check
+
+
+def read_statement(body: Mapping[str, Any]) -> Statement:
+    check = read_check(body.get("check"))
     outcome = body.get("outcome")
-    if outcome not in OUTCOMES and not (any_outcome and isinstance(outcome, str) and 0 < len(outcome) <= 40):
+    if outcome not in OUTCOMES:
         raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}", code="invalid_outcome", extra={"field": "outcome"})
     project = body.get("project")
-    if project is not None and (not isinstance(project, str) or not SLUG.match(project)):
+    if project is not None and (not isinstance(project, str) or not SLUG.fullmatch(project)):
         raise Invalid("project must be a project slug", code="invalid_field", extra={"field": "project"})
     run_url = body.get("run_url")
     if run_url is not None and (
@@ -108,11 +119,11 @@ class AttestationIntake:
         self.environ = os.environ if environ is None else environ
         self._counters: dict[tuple[str, str], Any] = {}
 
-    # -- the three doors ------------------------------------------------------
+    # -- the doors ------------------------------------------------------------
 
     async def from_token(self, token: str, statement: Statement) -> dict[str, Any]:
         credential = await self.verifier.verify(token, statement.project)
-        result = await self._record(
+        result = await self.record(
             project=credential.project,
             issuer=credential.issuer,
             statement=statement,
@@ -124,57 +135,13 @@ class AttestationIntake:
         assert result is not None
         return result
 
-    async def from_github(self, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
-        snapshot = self.registry.snapshot
-        hub_secret = _reveal(self.config.github_webhook_secret)
-        if not hub_secret and not any(b.webhook_secret_env for bs in snapshot.github_repositories.values() for b in bs):
-            raise NotFound("GitHub webhooks are not configured on this gateway (set RELAYROOM_GITHUB_WEBHOOK_SECRET or "
-                           "webhook_secret_env on a github-actions binding)", code="not_found")
-        payload = _json_object(raw)
-        repository = payload.get("repository") if payload else None
-        repo_id = object_id(repository)
-        host = delivery_host(headers)
-        candidates = list(snapshot.github_repositories.get((host, repo_id), ())) if repo_id else []
-        signature = headers.get("x-hub-signature-256")
-        verified = [b for b in candidates if any(signatures.github_valid(secret, raw, signature)
-                                                 for secret in self._github_secrets(b, hub_secret))]
-        # The hub-wide secret may still sign what no binding takes from it (a
-        # ping, an unbound repository): answered, never recorded.  A binding
-        # with its own secret demands that one.  Checked only when no binding
-        # verified: a counted delivery pays for one HMAC, not two.
-        if not verified and (any(b.webhook_secret_env for b in candidates)
-                             or not (hub_secret and signatures.github_valid(hub_secret, raw, signature))):
-            raise Unauthorized("X-Hub-Signature-256 does not verify with the webhook secret of this repository's "
-                               "binding (or the hub-wide secret)", code="invalid_signature")
-        if payload is None:
-            raise BadRequest("the webhook body is not a JSON object", code="malformed_json")
-        event = headers.get("x-github-event", "")
-        if event == "ping":
-            return 200, {"event": "ping", "recorded": False}
-        if event in ("check_run", "check_suite"):
-            return 200, {"event": event, "recorded": False,
-                         "reason": "check runs cannot vote: any job holding a GITHUB_TOKEN can create one"}
-        if event != "workflow_run":
-            return 200, {"event": event[:40], "recorded": False, "reason": "event_ignored"}
-        run = payload.get("workflow_run")
-        if not isinstance(run, dict):
-            return 200, {"event": event, "recorded": False, "reason": "not_a_workflow_run_payload"}
-        if payload.get("action") != "completed":
-            return 200, {"event": event, "recorded": False, "reason": "action_not_completed"}
-        if not verified:
-            # Signed with the hub-wide secret only: no binding of this repository id
-            # on this GitHub host opted in with github_app: true.
-            return 200, {"event": event, "recorded": False,
-                         "reason": "github_app_not_enabled" if candidates else "repository_not_bound"}
-        return await self._workflow_run(payload, run, verified)
-
     async def from_source(self, source: str, headers: Mapping[str, str], raw: bytes) -> tuple[int, dict[str, Any]]:
-        bindings = list(self.registry.snapshot.webhook_sources.get(source, ()))
+        bindings = self.registry.snapshot.bound(source_key(source), StandardWebhook)
         if not bindings:
             raise NotFound(f"no check map binds the webhook source {source[:64]!r}", code="unknown_source")
-        keyed: list[tuple[Binding, bytes]] = []
+        keyed: list[tuple[StandardWebhook, bytes]] = []
         for binding in bindings:
-            key = signatures.standard_key(self.environ.get(binding.secret_env or "", ""))
+            key = signatures.standard_key(self.environ.get(binding.secret_env, ""))
             if key is None:
                 log.warning("webhook source %s (%s): %s does not hold a whsec_ secret", source, binding.where(),
                             binding.secret_env)
@@ -196,13 +163,13 @@ class AttestationIntake:
                                code="invalid_signature")
         signing_key = keyed[index][1]
         verified = [b for b, key in keyed if key == signing_key]
-        payload = _json_object(raw)
+        payload = json_object(raw)
         if payload is None:
             raise BadRequest("the body must be a JSON object", code="malformed_json")
         statement = read_statement(payload)
         binding = _one_project(verified, statement.project)
         message_id = headers.get("webhook-id", "")
-        result = await self._record(
+        result = await self.record(
             project=binding.project,
             issuer=binding.identity,
             statement=statement,
@@ -215,70 +182,9 @@ class AttestationIntake:
             return 200, {"recorded": False, "duplicate": True, "reason": "webhook-id already recorded"}
         return 201, result
 
-    # -- GitHub workflow_run --------------------------------------------------
-
-    async def _workflow_run(self, payload: dict[str, Any], run: dict[str, Any], verified: list[Binding]
-                            ) -> tuple[int, dict[str, Any]]:
-        repository = payload["repository"]
-        full_name = repository.get("full_name") if isinstance(repository.get("full_name"), str) else None
-        run_id, attempt = object_id(run), object_id({"id": run.get("run_attempt")})
-        name, conclusion = run.get("name"), run.get("conclusion")
-        if run_id is None or attempt is None or not isinstance(name, str) or not isinstance(conclusion, str):
-            return 200, {"event": "workflow_run", "recorded": False, "reason": "incomplete_workflow_run"}
-        html_url = run.get("html_url")
-        read = read_statement({"check": name, "outcome": conclusion}, any_outcome=True)
-        statement = Statement(read.check, read.outcome, None,
-                              html_url if isinstance(html_url, str) and len(html_url) <= MAX_RUN_URL else None)
-        facts = github.run_from_workflow_run(payload, run)
-        key = f"workflow_run:{run_id}:{attempt}"
-        recorded: list[dict[str, Any]] = []
-        refusals: list[Refusal] = []
-        duplicates = 0
-        seen_projects: set[str] = set()
-        for binding in verified:
-            if binding.project in seen_projects:
-                continue
-            refusal = github.refusal(binding, facts)
-            if refusal is not None:
-                refusals.append(refusal)
-                continue
-            seen_projects.add(binding.project)
-            result = await self._record(
-                project=binding.project,
-                issuer=binding.identity,
-                statement=statement,
-                workflow=facts.workflow,
-                home=facts.home,
-                provenance={
-                    "via": "workflow_run webhook",
-                    "repository": full_name,
-                    "repository_id": binding.repository_id,
-                    "commit": run.get("head_sha"),
-                    "workflow": run.get("path"),
-                    "head_branch": run.get("head_branch"),
-                    "event_name": run.get("event"),
-                    "run_id": run_id,
-                    "run_attempt": attempt,
-                },
-                replay=Replay(False, binding.identity, key),
-            )
-            if result is None:
-                duplicates += 1
-            else:
-                recorded.append(result)
-        if recorded:
-            return 201, {"event": "workflow_run", "recorded": True, "attestations": recorded}
-        if duplicates:
-            return 200, {"event": "workflow_run", "recorded": False, "duplicate": True,
-                         "reason": "this run attempt was already recorded"}
-        if refusals:
-            return 200, {"event": "workflow_run", "recorded": False, "reason": refusals[0].code,
-                         "detail": refusals[0].message}
-        return 200, {"event": "workflow_run", "recorded": False, "reason": "not_bound"}
-
     # -- the write unit ---------------------------------------------------------
 
-    async def _record(
+    async def record(
         self,
         *,
         project: str,
@@ -368,32 +274,6 @@ class AttestationIntake:
             child = self._counters[key] = self.metrics.attestations.labels(*key)
         return child
 
-    def _github_secrets(self, binding: Binding, hub_secret: str | None) -> list[str]:
-        """The secrets whose signature speaks for `binding`: its own, and the
-        hub-wide GitHub App secret only when it opted in with github_app: true."""
-        secrets = []
-        if binding.webhook_secret_env:
-            own = self._binding_secret(binding)
-            if own:
-                secrets.append(own)
-        if binding.github_app and hub_secret:
-            secrets.append(hub_secret)
-        return secrets
-
-    def _binding_secret(self, binding: Binding) -> str | None:
-        value = self.environ.get(binding.webhook_secret_env or "")
-        if not value:
-            log.warning("binding %s names webhook_secret_env %s, which is not set", binding.where(),
-                        binding.webhook_secret_env)
-            return None
-        if len(value) < MIN_WEBHOOK_SECRET:
-            # A variable that holds something short (HOME, a port, a name) is not
-            # a secret: whoever guesses it would sign deliveries.
-            log.warning("binding %s: webhook_secret_env %s holds fewer than %d characters; it is not used as a "
-                        "secret", binding.where(), binding.webhook_secret_env, MIN_WEBHOOK_SECRET)
-            return None
-        return value
-
 
 def _no_project(project: str) -> NotFound:
     return NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
@@ -419,7 +299,7 @@ def _answer(attestation_id: str, project: str, issuer: str, check: str, reason: 
     return answer
 
 
-def _one_project(bindings: list[Binding], project: str | None) -> Binding:
+def _one_project(bindings: list[StandardWebhook], project: str | None) -> StandardWebhook:
     if project is not None:
         mine = [b for b in bindings if b.project == project]
         if not mine:
@@ -434,24 +314,9 @@ def _one_project(bindings: list[Binding], project: str | None) -> Binding:
     return bindings[0]
 
 
-def delivery_host(headers: Mapping[str, str]) -> str:
-    """The GitHub host a delivery comes from: GitHub Enterprise Server names
-    itself in X-GitHub-Enterprise-Host, github.com sends no such header.  The
-    header is set by the sender whose secret signs the body, so an id
-    delivered by github.com never reaches a GitHub Enterprise Server binding."""
-    value = headers.get("x-github-enterprise-host")
-    if value is None:
-        return GITHUB_HOST
-    return value.strip().lower()[:300]
-
-
-def _json_object(raw: bytes) -> dict[str, Any] | None:
+def json_object(raw: bytes) -> dict[str, Any] | None:
     try:
         value = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
-
-
-def _reveal(secret: Any) -> str | None:
-    return secret.reveal() if secret else None

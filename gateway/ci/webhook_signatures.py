@@ -6,7 +6,8 @@ SHA-1 header is never consulted.
 Standard Webhooks: `webhook-id`, `webhook-timestamp` (seconds), and
 `webhook-signature` holding one or more space-separated `v1,<base64>` items
 (several during a secret rotation), each an HMAC-SHA256 of
-`"{id}.{timestamp}.{body}"` keyed with the bytes of a `whsec_<base64>` secret.
+`"{id}.{timestamp}.{body}"` keyed with the bytes of a `whsec_<base64>` secret
+(its base64 padding optional).
 A timestamp more than 5 minutes away, in either direction, is stale.
 
 Every comparison is constant-time, and no header value, however malformed,
@@ -32,7 +33,7 @@ _B64 = re.compile(r"^[A-Za-z0-9+/]{43}=$")  # a SHA-256 digest in standard base6
 def github_valid(secret: str, body: bytes, header: str | None) -> bool:
     if not secret or header is None:
         return False
-    match = _GITHUB_SIGNATURE.match(header.strip())
+    match = _GITHUB_SIGNATURE.fullmatch(header.strip())
     if match is None:
         return False
     expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
@@ -47,8 +48,10 @@ def standard_key(secret: str) -> bytes | None:
     """The key bytes of a `whsec_<base64>` secret; None when it is not one."""
     if not isinstance(secret, str) or not secret.startswith("whsec_"):
         return None
+    body = secret[len("whsec_"):]
     try:
-        key = base64.b64decode(secret[len("whsec_"):], validate=True)
+        # With or without its padding, as the reference libraries take it.
+        key = base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
     except (binascii.Error, ValueError):
         return None
     return key if len(key) >= 16 else None
@@ -77,7 +80,7 @@ def standard_verify(
     """The verdict, and the index in `keys` of the key that signed (-1 if none)."""
     if not message_id or not timestamp or not signature:
         return Verdict.MALFORMED, -1
-    if not _MESSAGE_ID.match(message_id) or not _TIMESTAMP.match(timestamp.strip()):
+    if not _MESSAGE_ID.fullmatch(message_id) or not _TIMESTAMP.fullmatch(timestamp.strip()):
         return Verdict.MALFORMED, -1
     stamp = timestamp.strip()
     if abs(now - int(stamp)) > TOLERANCE_SECONDS:
@@ -85,7 +88,7 @@ def standard_verify(
     offered: list[bytes] = []
     for item in signature.split(" ")[:10]:
         version, sep, value = item.partition(",")
-        if version == "v1" and sep and _B64.match(value):
+        if version == "v1" and sep and _B64.fullmatch(value):
             offered.append(value.encode())
     if not offered:
         return Verdict.MALFORMED, -1

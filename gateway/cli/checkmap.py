@@ -16,19 +16,31 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.cli.main import CommandError, command_group
 from gateway.core.clock import SystemClock
 from gateway.core.config import Config
 
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
+
 
 def _store_url(args: argparse.Namespace, config: Config) -> str | None:
-    if getattr(args, "database_url", None) or os.environ.get("RELAYROOM_DATABASE_URL"):
+    """The store to check ids against: the one named, or the default SQLite
+    file when it exists.  A check never creates a store: a named SQLite file
+    that is missing is an error (a typo would otherwise check against an
+    empty new store, and leave the file behind)."""
+    named = bool(getattr(args, "database_url", None) or os.environ.get("RELAYROOM_DATABASE_URL"))
+    if not config.database_url.startswith("sqlite:///"):
+        return config.database_url if named else None
+    path = config.database_url[len("sqlite:///"):] or "relayroom.db"
+    if Path(path).is_file():
         return config.database_url
-    if config.database_url.startswith("sqlite:///"):
-        path = config.database_url[len("sqlite:///"):]
-        return config.database_url if path and Path(path).is_file() else None
+    if named:
+        raise CommandError(f"no SQLite store at {path}: a check reads a store, it never creates one (check the URL, "
+                           "or leave RELAYROOM_DATABASE_URL and --database-url unset to check the maps alone)")
     return None
 
 
@@ -70,8 +82,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
-    checkmap = sub.add_parser("checkmap", help="check maps").add_subparsers(dest="action", required=True, metavar="ACTION")
-    check = checkmap.add_parser("check", help="validate every check map; prints FILE:LINE: message per problem")
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
+    checkmap = command_group(sub, "checkmap", "check maps: check")
+    check = checkmap.add_parser("check", parents=[store], help="validate every check map; prints FILE:LINE: message per problem")
     check.add_argument("dir", nargs="?", default=None, help="folder of check maps (default: RELAYROOM_CHECKMAPS or ./checkmaps)")
     check.set_defaults(func=cmd_check)

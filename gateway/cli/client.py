@@ -1,9 +1,10 @@
-"""`relayroom recall | learn | used | confirm | refute`: a client for shells and hooks.
+"""`relayroom recall | learn | used | entries | confirm | refute`: a client for shells and hooks.
 
 A client of a running gateway (not of the database): the same REST routes an
 HTTP client would call, so the same rule and the same audit apply.
 
-    RELAYROOM_URL      the gateway (default http://127.0.0.1:8750)
+    RELAYROOM_URL      the gateway's base URL (default http://127.0.0.1:8750;
+                       its MCP endpoint, ending in /mcp, names the same gateway)
     RELAYROOM_TOKEN    a project token (read for recall/used, write for learn,
                        owner for confirm/refute)
     RELAYROOM_PROJECT  optional: the project slug; without it the client asks
@@ -21,15 +22,22 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
 
-from gateway.cli.main import CommandError
+from gateway.accounts.tokens import is_placeholder
+from gateway.cli.main import CommandError, print_table
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 DEFAULT_URL = "http://127.0.0.1:8750"
 TIMEOUT = 15.0
+PAGE = 200  # the API's largest page
+STATES = ["candidate", "trusted", "contradicted", "retired"]
+KINDS = ["fact", "convention", "pitfall", "decision"]
 
 
 class GatewayClient:
@@ -55,9 +63,14 @@ class GatewayClient:
             raise CommandError(_refusal(response))
         return response
 
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """The gateway's answer, a JSON object on every route the client calls."""
+        answer: dict[str, Any] = self._call(method, path, **kwargs).json()
+        return answer
+
     def project_path(self) -> str:
         if self.project is None:
-            self.project = self._call("GET", "/v1/whoami").json()["project"]
+            self.project = self._json("GET", "/v1/whoami")["project"]
         return f"/v1/projects/{quote(self.project, safe='')}"
 
     def recall(self, query: str, kind: str | None, limit: int | None) -> dict[str, Any]:
@@ -66,7 +79,7 @@ class GatewayClient:
             params["kind"] = kind
         if limit is not None:
             params["limit"] = limit
-        return self._call("GET", f"{self.project_path()}/recall", params=params).json()
+        return self._json("GET", f"{self.project_path()}/recall", params=params)
 
     def learn(self, kind: str, statement: str, evidence: str | None, ttl_days: float | None) -> dict[str, Any]:
         body: dict[str, Any] = {"kind": kind, "statement": statement}
@@ -74,14 +87,29 @@ class GatewayClient:
             body["evidence"] = evidence
         if ttl_days is not None:
             body["ttl_days"] = ttl_days
-        return self._call("POST", f"{self.project_path()}/entries", json=body).json()
+        return self._json("POST", f"{self.project_path()}/entries", json=body)
+
+    def entries(self, state: str | None, kind: str | None) -> list[dict[str, Any]]:
+        """Every entry the token may see, newest first, page after page."""
+        params: dict[str, Any] = {"limit": PAGE}
+        if state:
+            params["state"] = state
+        if kind:
+            params["kind"] = kind
+        found: list[dict[str, Any]] = []
+        while True:
+            page = self._json("GET", f"{self.project_path()}/entries", params=params)
+            found.extend(page["entries"])
+            if not page.get("next_cursor"):
+                return found
+            params["cursor"] = page["next_cursor"]
 
     def confirm(self, entry_id: str) -> dict[str, Any]:
-        return self._call("POST", f"{self.project_path()}/entries/{quote(entry_id, safe='')}/confirm").json()
+        return self._json("POST", f"{self.project_path()}/entries/{quote(entry_id, safe='')}/confirm")
 
     def refute(self, entry_id: str, reason: str) -> dict[str, Any]:
         path = f"{self.project_path()}/entries/{quote(entry_id, safe='')}/refute"
-        return self._call("POST", path, json={"reason": reason}).json()
+        return self._json("POST", path, json={"reason": reason})
 
     def used(self, recall_id: str, entry_id: str) -> None:
         self._call("POST", f"{self.project_path()}/recall_used", json={"recall_id": recall_id, "entry_id": entry_id})
@@ -95,13 +123,30 @@ def _refusal(response: httpx.Response) -> str:
         return f"the gateway answered HTTP {response.status_code}"
 
 
-def client_from_env(args: argparse.Namespace) -> GatewayClient:
+def token_from_env() -> str:
     token = os.environ.get("RELAYROOM_TOKEN", "").strip()
     if not token:
         raise CommandError("set RELAYROOM_TOKEN to a project token (relayroom token create ...)")
-    url = args.url or os.environ.get("RELAYROOM_URL") or DEFAULT_URL
+    if is_placeholder(token):
+        raise CommandError(
+            f"RELAYROOM_TOKEN is {token}, which looks like a placeholder that was not expanded: "
+            "set it to the token itself (export RELAYROOM_TOKEN=rr_...)"
+        )
+    return token
+
+
+def base_url(url: str | None) -> str:
+    """The gateway's base URL, from a flag or RELAYROOM_URL.  The MCP
+    endpoint (`.../mcp`, as an agent's configuration names it) is taken as
+    the gateway it belongs to."""
+    url = (url or os.environ.get("RELAYROOM_URL") or "").strip().rstrip("/") or DEFAULT_URL
+    return url[: -len("/mcp")] if url.endswith("/mcp") else url
+
+
+def client_from_env(args: argparse.Namespace) -> GatewayClient:
+    token = token_from_env()
     project = args.project or os.environ.get("RELAYROOM_PROJECT") or None
-    return GatewayClient(url, token, project)
+    return GatewayClient(base_url(args.url), token, project)
 
 
 def _emit_json(payload: Any) -> None:
@@ -158,6 +203,24 @@ def cmd_learn(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_entries(args: argparse.Namespace) -> int:
+    client = client_from_env(args)
+    try:
+        entries = client.entries(args.state, args.kind)
+    finally:
+        client.close()
+    if args.json:
+        _emit_json(entries)
+        return 0
+    if not entries:
+        which = " ".join(filter(None, [args.state, args.kind]))
+        print(f"no {which + ' ' if which else ''}entries this token may see", file=sys.stderr)
+        return 0
+    print_table(["ID", "STATE", "KIND", "STATEMENT"],
+                [[e["id"], e["state"], e["kind"], _one_line(e["statement"])] for e in entries])
+    return 0
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
     client = client_from_env(args)
     try:
@@ -200,25 +263,33 @@ def cmd_used(args: argparse.Namespace) -> int:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the gateway's JSON answer")
     parser.add_argument("--project", default=None, help="project slug (default RELAYROOM_PROJECT, else asked of the gateway)")
-    parser.add_argument("--url", default=None, help=f"gateway URL (default RELAYROOM_URL or {DEFAULT_URL})")
+    parser.add_argument("--url", default=None, help=f"the gateway's base URL (default: $RELAYROOM_URL, else {DEFAULT_URL})")
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     recall = sub.add_parser("recall", help="ask a running gateway for trusted knowledge (RELAYROOM_URL, RELAYROOM_TOKEN)")
     recall.add_argument("query", help="what you are about to do, in your own words")
-    recall.add_argument("--kind", choices=["fact", "convention", "pitfall", "decision"], default=None)
+    recall.add_argument("--kind", choices=KINDS, default=None)
     recall.add_argument("--limit", type=int, default=None, help="1 to 50 (default 10)")
     _common(recall)
     recall.set_defaults(func=cmd_recall)
 
     learn = sub.add_parser("learn", help="propose an entry to a running gateway; it stays a candidate until confirmed")
-    learn.add_argument("kind", choices=["fact", "convention", "pitfall", "decision"])
+    learn.add_argument("kind", choices=KINDS)
     learn.add_argument("statement", help="one self-contained sentence")
     learn.add_argument("--evidence", default=None, help="how you know (a file, a command, a link)")
     learn.add_argument("--ttl-days", dest="ttl_days", type=float, default=None, help="expire after this many days")
     learn.add_argument("-q", "--quiet", action="store_true", help="print only the entry's id (ID=$(relayroom learn -q ...))")
     _common(learn)
     learn.set_defaults(func=cmd_learn)
+
+    entries = sub.add_parser(
+        "entries", help="list the entries RELAYROOM_TOKEN may see: id, state, kind, statement (an owner sees every entry)"
+    )
+    entries.add_argument("--state", choices=STATES, default=None, help="only this state (default: every state)")
+    entries.add_argument("--kind", choices=KINDS, default=None, help="only this kind (default: every kind)")
+    _common(entries)
+    entries.set_defaults(func=cmd_entries)
 
     confirm = sub.add_parser("confirm", help="as an owner: promote an entry to trusted (an owner token in RELAYROOM_TOKEN)")
     confirm.add_argument("entry_id")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 MODULES = (
     "gateway.cli.quickstart",
@@ -11,9 +15,11 @@ MODULES = (
     "gateway.cli.client",
     "gateway.cli.transfer",
     "gateway.cli.mcp_stdio",
+    "gateway.cli.ci_init",
 )
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
+    """`store` is the parent parser holding `--database-url`, for commands that open the store."""
     for name in MODULES:
-        importlib.import_module(name).register(sub)
+        importlib.import_module(name).register(sub, store)

@@ -12,6 +12,7 @@ connect while the gateway starts wait rather than being refused.
 from __future__ import annotations
 
 import errno
+import resource
 import socket
 
 
@@ -58,3 +59,20 @@ def _reason(where: str, host: str, exc: OSError) -> str:
     if isinstance(exc, socket.gaierror):
         return f"cannot listen on {where}: {host} is not a known host name (--host)"
     return f"cannot listen on {where}: {exc.strerror or exc}"
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit (the
+    workers inherit it) and return it.  Every connection is a descriptor: a
+    soft limit of 1,024, the usual default, is what a client holding idle
+    connections would exhaust first; the hard limit is what the operator
+    allows (docs/deployment.md)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or hard > soft:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):  # e.g. above the kernel's nr_open: keep what there is
+            pass
+    return soft

@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from gateway import __version__
 from gateway.core.config import Config
@@ -24,19 +24,22 @@ from gateway.core.errors import GatewayError
 if TYPE_CHECKING:
     from gateway.hub import Hub
 
+    # What `add_subparsers` returns: each command module adds its commands to it.
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
 
 class CommandError(Exception):
     """A failure to report as one line on stderr."""
 
 
-def open_hub(args: argparse.Namespace) -> Any:
+def open_hub(args: argparse.Namespace) -> Hub:
     from gateway.hub import Hub
 
     # One-shot commands never recall: no model to load.
     return Hub(Config.from_env(database_url=getattr(args, "database_url", None), semantic_model="off"))
 
 
-def run_with_hub(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+def run_with_hub(work: Callable[[Hub, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
     """Run `work(hub, args)` with an open store and no background tasks."""
 
     def command(args: argparse.Namespace) -> int:
@@ -66,7 +69,8 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
     a socket bound here, before anything else starts."""
     import uvicorn
 
-    from gateway.cli.listen import ListenError, listen
+    from gateway.cli.listen import ListenError, listen, raise_descriptor_limit
+    from gateway.core.connections import ACCEPT_BATCH
 
     # Flags override the environment; workers read the environment.
     for flag, env in (("host", "RELAYROOM_HOST"), ("port", "RELAYROOM_PORT"), ("database_url", "RELAYROOM_DATABASE_URL")):
@@ -95,25 +99,25 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
         log_config=None,
         access_log=False,
         # Python's own loop, not uvloop (which uvicorn[standard] installs and
-        # "auto" would pick): under load uvloop took new connections in late.
-        # 64 clients connecting at once to a gateway busy with recalls: the
-        # last ones' first answers came after up to 1.2 s on the wire (the
-        # server's own time under 130 ms), against 0.1 s on asyncio.  uvloop
-        # is faster on a hello-world route (about 11%), hardly on a recall
-        # or an attestation (2-5% of server CPU, within the noise; paired in
-        # bench/README.md, "2026-12-05").
+        # "auto" would pick): under load uvloop took new connections in late,
+        # and its speed-up on a real request is within the noise
+        # (docs/decisions/0006).
         loop="asyncio",
         proxy_headers=True,
         h11_max_incomplete_event_size=128 * 1024,
         # httptools bounds neither the size of a request head nor the time to
         # send it; the wrapping protocol in gateway/web/http_limits.py does.
         http=_http_protocol(),
+        # Connections accepted in one pass of the loop, before the protocol
+        # counts them: small enough that accept never runs out of descriptors
+        # (gateway/core/connections.py).
+        backlog=ACCEPT_BATCH,
         timeout_graceful_shutdown=5,
     )
     host, port = sock.getsockname()[:2]
-    logging.getLogger("relayroom.serve").info(
-        "listening on http://%s:%d (Ctrl-C stops)", f"[{host}]" if ":" in host else host, port
-    )
+    log = logging.getLogger("relayroom.serve")
+    log.info("listening on http://%s:%d (Ctrl-C stops)", f"[{host}]" if ":" in host else host, port)
+    log.info("each process may open %d files (connections included)", raise_descriptor_limit())
     # What uvicorn.run does with a socket bound beforehand.
     server = uvicorn.Server(server_config)
     try:
@@ -225,49 +229,93 @@ async def _sweep(hub: Hub, args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="relayroom", description="RelayRoom Knowledge Gateway")
-    parser.add_argument("--version", action="version", version=f"relayroom {__version__}")
-    parser.add_argument("--database-url", dest="database_url", default=None, help="overrides RELAYROOM_DATABASE_URL")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+START_HERE = (
+    "Start with `relayroom quickstart`: it creates a demo project and its tokens, prints how to connect an agent, "
+    "and serves the gateway on 127.0.0.1:8750."
+)
 
-    serve = sub.add_parser("serve", help="run the gateway (HTTP API, webhooks, MCP, dashboard, playbook)")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--workers", type=int, default=None)
+
+def _setting(name: str) -> str:
+    """A flag's default as the settings table states it: its variable, else its value."""
+    from gateway.core.config import SETTINGS
+
+    setting = next(s for s in SETTINGS if s.name == name)
+    return f"{setting.help} (default: ${setting.env}, else {setting.default})"
+
+
+def store_options() -> argparse.ArgumentParser:
+    """`--database-url`, taken after a command as well as before it.  SUPPRESS
+    keeps a subcommand that was not given the flag from overwriting the value
+    given before the command."""
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--database-url", dest="database_url", default=argparse.SUPPRESS, metavar="URL",
+                         help=_setting("database_url"))
+    return options
+
+
+def command_group(sub: Subcommands, name: str, help: str) -> Subcommands:
+    """A command of several actions (`token create`, `token list`, ...):
+    given alone, it prints its actions instead of an argparse error."""
+    parser = sub.add_parser(name, help=help, description=help)
+    parser.set_defaults(func=lambda args: _print_help(parser))
+    return parser.add_subparsers(dest="action", metavar="ACTION", title="actions")
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="relayroom",
+        description="RelayRoom Knowledge Gateway: a typed, provenance-tracked table of project facts behind a trust gate.",
+        epilog=START_HERE + " `relayroom COMMAND -h` says more about each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"relayroom {__version__}")
+    parser.add_argument("--database-url", dest="database_url", default=None, metavar="URL", help=_setting("database_url"))
+    parser.set_defaults(func=lambda args: _print_help(parser))
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    store = store_options()
+
+    serve = sub.add_parser("serve", parents=[store], help="run the gateway (HTTP API, webhooks, MCP, dashboard, playbook)")
+    serve.add_argument("--host", default=None, help=_setting("host"))
+    serve.add_argument("--port", type=int, default=None, help=_setting("port"))
+    serve.add_argument("--workers", type=int, default=None, help=_setting("workers"))
     serve.set_defaults(func=cmd_serve)
 
-    project = sub.add_parser("project", help="projects").add_subparsers(dest="action", required=True, metavar="ACTION")
-    create = project.add_parser("create", help="create a project")
-    create.add_argument("slug")
+    project = command_group(sub, "project", "projects: create, list")
+    create = project.add_parser("create", parents=[store], help="create a project")
+    create.add_argument("slug", help="the project's name in URLs: a-z, 0-9 and -, up to 63 characters")
     create.add_argument("--k", type=int, default=None, help="distinct CI issuers needed to promote (default 2)")
     create.add_argument("--window-days", type=float, default=None, help="contradiction window in days (default 30)")
     create.set_defaults(func=run_with_hub(_project_create))
-    plist = project.add_parser("list", help="list the projects: K, window, when created, active tokens")
+    plist = project.add_parser("list", parents=[store], help="list the projects: K, window, when created, active tokens")
     plist.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     plist.set_defaults(func=run_with_hub(_project_list))
 
-    token = sub.add_parser("token", help="project tokens").add_subparsers(dest="action", required=True, metavar="ACTION")
-    tcreate = token.add_parser("create", help="create a token; prints the secret as the last line")
-    tcreate.add_argument("--project", required=True)
-    tcreate.add_argument("--level", required=True, choices=["read", "write", "owner"])
-    tcreate.add_argument("--name", required=True)
+    token = command_group(sub, "token", "project tokens: create, list, revoke")
+    tcreate = token.add_parser("create", parents=[store], help="create a token; prints the secret as the last line")
+    tcreate.add_argument("--project", required=True, metavar="SLUG")
+    tcreate.add_argument("--level", required=True, choices=["read", "write", "owner"],
+                         help="read: recall; write: also learn and report errors; owner: also confirm, refute, the dashboard")
+    tcreate.add_argument("--name", required=True, metavar="PRINCIPAL", help="who holds it, as the audit ledger names them")
     tcreate.set_defaults(func=run_with_hub(_token_create))
-    trevoke = token.add_parser("revoke", help="revoke every token of a principal")
-    trevoke.add_argument("--project", required=True)
-    trevoke.add_argument("--name", required=True)
+    trevoke = token.add_parser("revoke", parents=[store], help="revoke every token of a principal")
+    trevoke.add_argument("--project", required=True, metavar="SLUG")
+    trevoke.add_argument("--name", required=True, metavar="PRINCIPAL")
     trevoke.set_defaults(func=run_with_hub(_token_revoke))
-    tlist = token.add_parser("list", help="list tokens: principal, level, created, revoked (never a secret)")
-    tlist.add_argument("--project", default=None, help="one project (default: every project)")
+    tlist = token.add_parser("list", parents=[store], help="list tokens: principal, level, created, revoked (never a secret)")
+    tlist.add_argument("--project", default=None, metavar="SLUG", help="one project (default: every project)")
     tlist.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     tlist.set_defaults(func=run_with_hub(_token_list))
 
-    sweep = sub.add_parser("sweep", help="retire every expired entry now; prints how many")
+    sweep = sub.add_parser("sweep", parents=[store], help="retire every expired entry now; prints how many")
     sweep.set_defaults(func=run_with_hub(_sweep))
 
     from gateway.cli import extra as cli_extra
 
-    cli_extra.register(sub)
+    cli_extra.register(sub, store)
     return parser
 
 

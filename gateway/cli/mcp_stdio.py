@@ -1,6 +1,7 @@
 """`relayroom mcp`: the gateway's MCP server for clients that only speak stdio.
 
-    RELAYROOM_URL    the gateway (default http://127.0.0.1:8750)
+    RELAYROOM_URL    the gateway's base URL (default http://127.0.0.1:8750; one
+                     ending in /mcp is taken as the gateway it belongs to)
     RELAYROOM_TOKEN  a project token (read, write or owner)
 
     {"mcpServers": {"relayroom": {"command": "relayroom", "args": ["mcp"],
@@ -25,8 +26,7 @@ to stderr.
 from __future__ import annotations
 
 import argparse
-import os
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 import anyio
 import anyio.abc
@@ -50,9 +50,12 @@ from mcp.types import (
     TextContent,
 )
 
+from gateway.cli.client import DEFAULT_URL, base_url, token_from_env
 from gateway.cli.main import CommandError
 
-DEFAULT_URL = "http://127.0.0.1:8750"
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
+
 TIMEOUT = 30.0
 INTERNAL_ERROR = -32603
 CONNECTION_CLOSED = -32000  # the SDK client's own code when the connection under a request broke
@@ -237,16 +240,19 @@ def _connect_refusal(endpoint: str, token: str, exc: BaseException) -> str:
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    token = os.environ.get("RELAYROOM_TOKEN", "").strip()
-    if not token:
-        raise CommandError("set RELAYROOM_TOKEN to a project token (relayroom token create ...)")
-    url = os.environ.get("RELAYROOM_URL", "").strip() or DEFAULT_URL
-    anyio.run(serve, url, token)
+    token = token_from_env()
+    anyio.run(serve, base_url(args.url), token)
     return 0
 
 
-def register(sub: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
+    about = "speak MCP on stdin/stdout, forwarding every request to a running gateway"
     mcp = sub.add_parser(
-        "mcp", help="speak MCP on stdin/stdout, forwarding to the gateway at RELAYROOM_URL with RELAYROOM_TOKEN"
+        "mcp", help=about, description=about + ": for MCP clients that only start a command.",
+        epilog="RELAYROOM_TOKEN: the agent's project token (from the environment only, so it never shows in ps). "
+               "The client's configuration: {\"command\": \"/path/to/relayroom\", \"args\": [\"mcp\"], "
+               "\"env\": {\"RELAYROOM_URL\": \"http://127.0.0.1:8750\", \"RELAYROOM_TOKEN\": \"rr_...\"}}",
     )
+    mcp.add_argument("--url", default=None,
+                     help=f"the gateway's base URL; one ending in /mcp is taken as its gateway (default: $RELAYROOM_URL, else {DEFAULT_URL})")
     mcp.set_defaults(func=cmd_mcp)

@@ -8,15 +8,19 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway.core.config import Config
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 SCHEMA = Path(__file__).resolve().parents[1] / "ci" / "checkmaps" / "checkmap.schema.json"
 
 DEMO_CHECKMAP = """\
-# checkmaps/demo.yaml: which CI checks speak for which entries of project demo.
-# Reviewed like code.  See docs/ci-attestations.md for every field.
+# demo.yaml: which CI checks speak for which entries of project demo.
+# quickstart wrote it into its own folder; a real project's map is kept in
+# its repository and reviewed like code (docs/ci-attestations.md).
 # yaml-language-server: $schema=checkmap.schema.json
 project: demo
 issuers:
@@ -81,61 +85,125 @@ def first_session(base: str, agent: str, owner: str, cli: str) -> list[str]:
     ]
 
 
+HOME = Path(".relayroom")
+HOME_IGNORE = "# Written by relayroom quickstart: its demo store and check maps, never committed.\n*\n"
+
+
+def places(database_url: str | None) -> tuple[str, Path, bool]:
+    """Where quickstart keeps its store and reads its check maps, and whether
+    that folder is its own.  Unless the person names them, both live in
+    `.relayroom/`, a folder that ignores itself: inside any git checkout
+    quickstart then changes nothing `git status` shows."""
+    url = database_url or os.environ.get("RELAYROOM_DATABASE_URL") or f"sqlite:///{HOME / 'relayroom.db'}"
+    named = os.environ.get("RELAYROOM_CHECKMAPS")
+    return url, Path(named) if named else HOME / "checkmaps", not named
+
+
+def make_home() -> None:
+    HOME.mkdir(exist_ok=True)
+    ignore = HOME / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text(HOME_IGNORE)
+
+
+def write_example_map(maps: Path) -> Path:
+    maps.mkdir(parents=True, exist_ok=True)
+    demo_map = maps / "demo.yaml"
+    if not demo_map.exists():
+        demo_map.write_text(DEMO_CHECKMAP)
+    schema = maps / SCHEMA.name
+    if not schema.exists():  # beside the map, where its $schema line points an editor
+        schema.write_bytes(SCHEMA.read_bytes())
+    return demo_map
+
+
+def set_up(database_url: str | None) -> tuple[Config, str, dict[str, str] | None, Path | None]:
+    """Everything quickstart does before it serves: the store, the demo
+    project and its tokens, the example check map.  Returns the config to
+    serve, the project to show, its new tokens (None: the store already had
+    projects) and the example map written (None: none was)."""
+    url, maps, own_maps = places(database_url)
+    if url.startswith(f"sqlite:///{HOME}/") or own_maps:
+        make_home()
+    config = Config.from_env(database_url=url, checkmaps=str(maps))
+    slug, tokens = asyncio.run(_prepare(config))
+    demo_map = write_example_map(maps) if tokens is not None and own_maps else None
+    return config, slug, tokens, demo_map
+
+
+def _admin(cli: str, config: Config) -> str:
+    """`relayroom` as the lines below need it: with the store quickstart chose."""
+    if os.environ.get("RELAYROOM_DATABASE_URL") == config.database_url:
+        return cli
+    return f"{cli} --database-url {config.database_url}"
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
+    from gateway.cli.agent_config import blocks
     from gateway.cli.listen import ListenError, listen
     from gateway.cli.main import CommandError, cmd_serve
 
-    if args.database_url:
-        os.environ["RELAYROOM_DATABASE_URL"] = args.database_url
-    config = Config.from_env()
-    host = args.host or config.host
-    port = config.port if args.port is None else args.port
+    defaults = Config.from_env()
+    host = args.host or defaults.host
+    port = defaults.port if args.port is None else args.port
     # The port first: a taken port must not cost the only showing of new tokens.
     try:
         sock = listen(host, port)
     except ListenError as exc:
         raise CommandError(str(exc)) from None
     try:
-        slug, tokens = asyncio.run(_prepare(config))
+        config, slug, tokens, demo_map = set_up(args.database_url)
     except BaseException:
         sock.close()
         raise
     base = f"http://{host}:{sock.getsockname()[1]}"
     cli = program()
+    admin = _admin(cli, config)
     if tokens is None:
         print(f"the store ({config.database_url}) already has projects: serving it as it is.")
         print("Tokens are stored only as hashes, so the ones shown before cannot be shown again. To get one:")
-        print(f"  {cli} token list                 # who holds which token")
-        print(f"  {cli} token create --project {slug} --level owner --name {slug}-owner-2")
-        print(f"  {cli} token create --project {slug} --level write --name {slug}-agent-2")
-        print(f"(to start over on an empty store: RELAYROOM_DATABASE_URL=sqlite:///./fresh.db {cli} quickstart)")
+        print(f"  {admin} token list                 # who holds which token")
+        print(f"  {admin} token create --project {slug} --level owner --name {slug}-owner-2")
+        print(f"  {admin} token create --project {slug} --level write --name {slug}-agent-2")
+        print(f"(to start over on an empty store: {cli} quickstart --database-url sqlite:///{HOME}/fresh.db)")
     else:
-        maps = Path(config.checkmaps)
-        maps.mkdir(parents=True, exist_ok=True)
-        demo_map = maps / "demo.yaml"
-        if not demo_map.exists():
-            demo_map.write_text(DEMO_CHECKMAP)
-        schema = maps / SCHEMA.name
-        if not schema.exists():  # beside the map, where its $schema line points an editor
-            schema.write_bytes(SCHEMA.read_bytes())
         print("created project demo and two tokens (shown once; only their hashes are stored):")
         print(f"  owner token  (dashboard, confirm/refute): {tokens['owner']}")
         print(f"  agent token  (learn, recall over REST/MCP): {tokens['agent']}")
-        print(f"  example check map: {demo_map}")
+        where = f", example check map {demo_map}" if demo_map is not None else ""
+        ignored = f" (git ignores {HOME}/)" if config.database_url.startswith(f"sqlite:///{HOME}/") else ""
+        print(f"  store:          {config.database_url}{where}{ignored}")
     print(f"  dashboard:      {base}/login (sign in with the owner token)")
     print(f"  API reference:  {base}/docs")
     print(f"  MCP:            {base}/mcp")
     print(f"  playbook:       {base}/projects/{slug}/RELAYROOM.md")
     if tokens is not None:
+        print("Connect an agent: paste one of these (each holds the agent token; keep it out of git).")
+        for title, text in blocks(base, tokens["agent"]):
+            print(f"  {title}")
+            for line in text.splitlines():
+                print(f"    {line}")
         print("The gateway runs in this terminal until Ctrl-C. Try it in a second terminal, in this folder:")
         for line in first_session(base, tokens["agent"], tokens["owner"], cli):
             print(f"  {line}")
-    serve_args = argparse.Namespace(host=host, port=port, workers=None, database_url=args.database_url)
+    sys.stdout.flush()
+    serve_args = argparse.Namespace(host=host, port=port, workers=None, database_url=config.database_url)
+    os.environ["RELAYROOM_CHECKMAPS"] = config.checkmaps  # the workers read the environment
     return cmd_serve(serve_args, sock)
 
 
-def register(sub: Any) -> None:
-    quick = sub.add_parser("quickstart", help="on an empty store: create project demo, tokens and a check map, then serve")
-    quick.add_argument("--host", default=None)
-    quick.add_argument("--port", type=int, default=None)
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
+    from gateway.cli.main import _setting
+
+    about = "on an empty store: create project demo, tokens and a check map, print how to connect an agent, then serve"
+    quick = sub.add_parser(
+        "quickstart", help=about, description=about + ".",
+        epilog=f"Unless RELAYROOM_DATABASE_URL, --database-url or RELAYROOM_CHECKMAPS say otherwise, the store and the "
+               f"example check map live in {HOME}/, a folder that git ignores by itself: inside a checkout, "
+               "`git status` shows nothing new.",
+    )
+    quick.add_argument("--database-url", dest="database_url", default=argparse.SUPPRESS, metavar="URL",
+                       help=f"the store (default: $RELAYROOM_DATABASE_URL, else sqlite:///{HOME}/relayroom.db)")
+    quick.add_argument("--host", default=None, help=_setting("host"))
+    quick.add_argument("--port", type=int, default=None, help=_setting("port"))
     quick.set_defaults(func=cmd_quickstart)

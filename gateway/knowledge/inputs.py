@@ -10,10 +10,9 @@ advertises is what the service refuses.
 
 from __future__ import annotations
 
-from typing import cast
-
 from gateway.core.clock import DAY
 from gateway.core.errors import Invalid
+from gateway.core.visible import describe, first_invisible, first_invisible_in
 from gateway.knowledge.trust import KINDS, STATES, Kind
 
 MAX_STATEMENT = 2000
@@ -26,7 +25,7 @@ MAX_PAGE = 200
 def validate_kind(kind: object, *, field: str = "kind") -> Kind:
     if kind not in KINDS:
         raise Invalid(f"{field} must be one of {', '.join(KINDS)}", code="invalid_kind")
-    return cast(Kind, kind)
+    return kind
 
 
 def validate_state(state: str | None) -> str | None:
@@ -36,13 +35,43 @@ def validate_state(state: str | None) -> str | None:
 
 
 def validate_text(value: object, field: str, limit: int) -> str:
-    if not isinstance(value, str) or not value.strip():
+    """Text a person reviews or an agent is served: a non-blank string of at
+    most `limit` characters, every one of them visible."""
+    if not isinstance(value, str):
         raise Invalid(f"{field} must be a non-empty string", code="invalid_field")
     if len(value) > limit:
         raise Invalid(f"{field} is longer than {limit} characters", code="invalid_field")
-    if "\x00" in value:
-        raise Invalid(f"{field} must not contain NUL characters", code="invalid_field")
+    # Before the blank check: Python's strip() takes \x1c-\x1f and \x85 for
+    # white space, and they are invisible characters first.
+    refuse_invisible(value, field)
+    if not value.strip():
+        raise Invalid(f"{field} must be a non-empty string", code="invalid_field")
     return value
+
+
+def refuse_invisible(value: str, field: str) -> None:
+    """422 `invisible_text` when `value` holds a character a person cannot
+    see (gateway.core.visible): an owner confirms only text they can read,
+    and agents are served only what the owner saw."""
+    found = first_invisible(value)
+    if found is not None:
+        raise invisible_text(field, *found)
+
+
+def refuse_invisible_json(value: object, field: str) -> None:
+    """As `refuse_invisible`, for every string (keys too) of a JSON value."""
+    found = first_invisible_in(value, field)
+    if found is not None:
+        raise invisible_text(*found)
+
+
+def invisible_text(field: str, position: int, char: str) -> Invalid:
+    return Invalid(
+        f"{field} holds a character a person cannot see, {describe(position, char)}: remove it and send the "
+        "text again (invisible and direction-changing characters are refused, so that what the owner reviews "
+        "is what agents are served)",
+        code="invisible_text",
+    )
 
 
 def optional_text(value: object, field: str, limit: int) -> str | None:

@@ -9,9 +9,11 @@ from typing import Any
 
 from gateway.core.clock import Clock
 from gateway.core.cursor import decode_cursor, encode_cursor
+from gateway.core.visible import marked, marked_json
 from gateway.knowledge.model import Entry, Principal
 from gateway.knowledge.permissions import require
 from gateway.store.base import Driver
+from gateway.store.queries import Queries
 
 
 class Ledger:
@@ -39,7 +41,7 @@ class Ledger:
             lambda q: q.audit_rows(project_id, entry_id=entry_id, action=action, before_id=before, limit=limit + 1)
         )
         next_cursor = encode_cursor(rows[limit - 1]["id"]) if len(rows) > limit else None
-        return rows[:limit], next_cursor
+        return _shown(rows[:limit]), next_cursor
 
     async def entry_history(self, principal: Principal, entry: Entry, limit: int = 200) -> tuple[list[dict[str, Any]], int, int]:
         """One entry's audit rows (newest first), and how many recalls
@@ -47,19 +49,28 @@ class Ledger:
         require(principal, "read_audit")
         project_id = principal.project.id
 
-        async def unit(q: Any) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+        async def unit(q: Queries) -> tuple[list[dict[str, Any]], tuple[int, int]]:
             return await q.audit_rows(project_id, entry_id=entry.id, limit=limit), await q.entry_recall_stats(entry.seq)
 
         rows, (returned, used) = await self.driver.read(unit)
-        return rows, returned, used
+        return _shown(rows), returned, used
 
     async def playbook_base(self, principal: Principal) -> tuple[str, int]:
         """The owner's hand-written part of RELAYROOM.md and how many entries are trusted now."""
         require(principal, "edit_playbook")
         project_id, now = principal.project.id, self.clock.now()
 
-        async def unit(q: Any) -> tuple[str, int]:
-            return await q.playbook(project_id), await q.count_trusted(project_id, now)
+        async def unit(q: Queries) -> tuple[str, int]:
+            return marked(await q.playbook(project_id)), await q.count_trusted(project_id, now)
 
         base: tuple[str, int] = await self.driver.read(unit)
         return base
+
+
+def _shown(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Audit rows with the agents' words in their details (a contradiction's
+    detail, a reason) stored before invisible characters were refused shown
+    with a marker for each (gateway.core.visible)."""
+    for row in rows:
+        row["detail"] = marked_json(row["detail"])
+    return rows

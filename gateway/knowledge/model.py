@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.core.clock import to_rfc3339
+from gateway.core.visible import marked, marked_json
 from gateway.knowledge.trust import Contradiction, EntryFacts, TrustSettings, effective_state
 
 LEVELS = ("read", "write", "owner")
@@ -88,6 +89,11 @@ class ContradictionRecord:
     at: float
     until: float
 
+    def __post_init__(self) -> None:
+        # An agent's words, shown to the owner and served with the entry: as
+        # an Entry's text, never with an invisible character (see Entry).
+        object.__setattr__(self, "detail", marked_json(self.detail))
+
     def to_rule(self) -> Contradiction:
         return Contradiction(by=self.by, at=self.at, until=self.until)
 
@@ -116,6 +122,27 @@ class Entry:
     contradictions: list[ContradictionRecord] = field(default_factory=list)
     # to_json's answer, kept with what it was built from (see to_json).
     _json: tuple[tuple[Any, ...], dict[str, Any]] | None = field(default=None, init=False, repr=False, compare=False)
+    # The texts as the store holds them (see __post_init__).
+    stored_statement: str = field(default="", init=False, repr=False, compare=False)
+    stored_evidence: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Every door (REST, MCP, RELAYROOM.md, the CLI, the dashboard) reads
+        # these fields, so this is the one place text stored before invisible
+        # characters were refused (an old store, an import) is made visible:
+        # each such character becomes its marker (`[U+E0053]`), and no door
+        # can hand it out as it is.  The dashboard draws the stored text
+        # with each marker highlighted.  New text was checked on the way in,
+        # and comes out unchanged.
+        self.stored_statement, self.stored_evidence = self.statement, self.evidence
+        self.statement = marked(self.statement)
+        self.evidence = None if self.evidence is None else marked(self.evidence)
+        self.provenance = marked_json(self.provenance)
+
+    @property
+    def holds_invisible(self) -> bool:
+        """Whether the stored text holds characters a person cannot see."""
+        return self.statement != self.stored_statement or self.evidence != self.stored_evidence
 
     def effective_state(self, now: float) -> str:
         return effective_state(self.state, self.expires_at, now)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from gateway.core.visible import marked
 from gateway.knowledge.model import Entry, Project
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
@@ -113,4 +114,6 @@ async def relayroom_md(driver: Driver, project: Project, now: float) -> str:
 
     base, count, top = await driver.read(unit)
     entries = [PlaybookEntry(id=e.id, kind=e.kind, statement=e.statement, uses=uses) for e, uses in top]
-    return render(base, count, entries, settings.playbook_min_trusted)
+    # A base stored before invisible characters were refused is served with
+    # a marker for each, as entries are (Entry holds its text marked).
+    return render(marked(base), count, entries, settings.playbook_min_trusted)

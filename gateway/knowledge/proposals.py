@@ -17,6 +17,7 @@ from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Conflict, Invalid, NotFound
 from gateway.core.ids import new_id
+from gateway.core.visible import marked
 from gateway.knowledge.candidates import write_candidate
 from gateway.knowledge.service import WriteLimits, candidate_refusal
 from gateway.knowledge.inputs import MAX_EVIDENCE, MAX_STATEMENT, validate_kind, validate_page_limit, validate_text
@@ -46,19 +47,22 @@ class Proposal:
 
     @classmethod
     def from_row(cls, row: dict[str, Any], project_slug: str) -> "Proposal":
+        # Text stored before invisible characters were refused is read with
+        # each of them as its marker, as an Entry's is: the owner reviews
+        # what an approval writes, and approving writes what the owner saw.
         return cls(
             seq=int(row["seq"]),
             id=row["id"],
             project_slug=project_slug,
             kind=row["kind"],
-            statement=row["statement"],
-            rationale=row["rationale"],
+            statement=marked(row["statement"]),
+            rationale=None if row["rationale"] is None else marked(row["rationale"]),
             proposed_by=row["proposed_by"],
             state=row["state"],
             created_at=row["created_at"],
             decided_at=row["decided_at"],
             decided_by=row["decided_by"],
-            reason=row["reason"],
+            reason=None if row["reason"] is None else marked(row["reason"]),
             entry_id=row["entry_id"],
         )
 

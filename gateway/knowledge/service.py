@@ -17,6 +17,7 @@ from gateway.core.clock import HOUR, Clock, to_rfc3339
 from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Conflict, GatewayError, Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
+from gateway.core.metrics import Metrics
 from gateway.knowledge.candidates import write_candidate
 from gateway.knowledge.corrections import retire_replaced
 from gateway.knowledge.model import ContradictionRecord, Entry, Principal, Project, Support
@@ -25,6 +26,7 @@ from gateway.knowledge.inputs import (
     MAX_EVIDENCE,
     MAX_STATEMENT,
     optional_text,
+    refuse_invisible_json,
     validate_expiry,
     validate_kind,
     validate_page_limit,
@@ -90,13 +92,12 @@ async def candidate_refusal(q: Queries, project_id: int, principal: str, limit: 
 
 
 class Knowledge:
-    def __init__(self, driver: Driver, clock: Clock, limits: WriteLimits | None = None) -> None:
+    def __init__(self, driver: Driver, clock: Clock, metrics: Metrics, limits: WriteLimits | None = None) -> None:
         self.driver = driver
         self.clock = clock
+        # Counted only after the commit, so a rolled-back move is never counted.
+        self.metrics = metrics
         self.limits = limits or WriteLimits()
-        # Set by the Hub; counted only after the commit, so a rolled-back
-        # move is never counted.
-        self.metrics: Any = None
 
     # -- writing candidates ---------------------------------------------------
 
@@ -155,13 +156,16 @@ class Knowledge:
         self,
         principal: Principal,
         *,
-        state: str | None = None,
+        state: str | tuple[str, ...] | None = None,
         kind: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
         text: str | None = None,
     ) -> tuple[list[Entry], str | None]:
-        validate_state(state)
+        """A page of entries, newest first, in `state` (one, or any of several; every state when None)."""
+        states = (state,) if isinstance(state, str) else tuple(state or ())
+        for one in states:
+            validate_state(one)
         if kind is not None:
             validate_kind(kind)
         validate_page_limit(limit)
@@ -172,7 +176,7 @@ class Knowledge:
             lambda q: q.list_entries(
                 principal.project.id,
                 now,
-                state=state,
+                states=states,
                 kind=kind,
                 visible_to=visible_to,
                 text=text,
@@ -215,8 +219,7 @@ class Knowledge:
             return entry
 
         confirmed = await self.driver.write(unit)
-        if self.metrics is not None:
-            self.metrics.promotions.labels("owner").inc()
+        self.metrics.promotions.labels("owner").inc()
         return confirmed
 
     async def refute(self, principal: Principal, entry_id: str, reason: str, *, bulk: bool = False) -> Entry:
@@ -419,6 +422,9 @@ class Knowledge:
         type_ = validate_text(type_, "type", MAX_EVENT_TYPE)
         if not isinstance(detail, dict):
             raise Invalid("detail must be a JSON object", code="invalid_field")
+        # An error event's detail is what the owner reads beside the entry it
+        # contradicts, and what agents reading that entry are served.
+        refuse_invisible_json(detail, "detail")
         project = principal.project
         now = self.clock.now()
         target = detail.get("contradicts") if type_ == "error" else None
@@ -449,7 +455,7 @@ class Knowledge:
         return event_id, effect
 
     def _count_contradiction(self, effect: str | None) -> None:
-        if effect == "contradicted" and self.metrics is not None:
+        if effect == "contradicted":
             self.metrics.contradictions.inc()
 
     @staticmethod

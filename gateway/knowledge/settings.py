@@ -12,7 +12,15 @@ from gateway.core.errors import Invalid
 from gateway.knowledge import trust
 from gateway.knowledge.model import ProjectSettings
 
-SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")  # a project's name, in paths and check maps
+# A project's name, in paths and check maps; the pattern is the check map
+# schema's too.  Always `SLUG.fullmatch`: `$` also matches before a trailing
+# line break, so with `match` `acme\n` would be a second project printing
+# like the first.
+SLUG = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+SLUG_RULE = "1 to 63 characters of a-z, 0-9 and '-', the first a letter or digit (nothing else, not even a line break)"
+# Who a token names; `PRINCIPAL.fullmatch` too.
+PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}")
+PRINCIPAL_RULE = "1 to 128 characters of letters, digits and . _ @ : -, the first a letter or digit (nothing else, not even a line break)"
 
 # The ranges of the settings (docs/security.md, Limits).  Every bound is finite: a window of 1e7 days put a
 # contradiction's `until` in the year 29405, which no date type can print.

@@ -32,7 +32,7 @@ from gateway.core.errors import Invalid, RateLimited
 from gateway.knowledge.extraction import extract
 from gateway.core.ids import new_id
 from gateway.knowledge.permissions import require
-from gateway.knowledge.inputs import validate_text
+from gateway.knowledge.inputs import refuse_invisible, validate_text
 from gateway.knowledge.candidates import write_candidate
 from gateway.knowledge.service import Knowledge, over_budget
 from gateway.knowledge.model import Principal
@@ -68,6 +68,7 @@ def validate_thread_id(thread_id: Any) -> str:
         raise Invalid(
             f"thread_id must be 1 to {MAX_THREAD_ID} printable characters", code="invalid_thread_id"
         )
+    refuse_invisible(thread_id, "thread_id")  # kept as the provenance of every entry the message yields
     return thread_id
 
 

@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, TextIO
 
 from gateway.knowledge import trust
-from gateway.knowledge.settings import SETTING_RULES, SLUG, setting_ok
+from gateway.knowledge.settings import PRINCIPAL, PRINCIPAL_RULE, SETTING_RULES, SLUG, SLUG_RULE, setting_ok
 from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.errors import Conflict, NotFound
 from gateway.knowledge.model import LEVELS, Entry, ProjectSettings
 from gateway.store.base import Driver
+from gateway.store.queries import Queries
 from gateway.store.schema import LATEST_VERSION
 from gateway.store.transfer_sql import INT, REAL, TABLES, TEXT, Column, TransferQueries
 
@@ -83,7 +84,7 @@ class Summary:
 async def export_project(driver: Driver, clock: Clock, slug: str) -> list[dict[str, Any]]:
     """Every record of one project, read on one consistent snapshot."""
 
-    async def unit(q: Any) -> dict[str, list[dict[str, Any]]]:
+    async def unit(q: Queries) -> dict[str, list[dict[str, Any]]]:
         project = await q.project_by_slug(slug)
         if project is None:
             raise NotFound(f"no project {slug!r}", code="project_not_found")
@@ -273,8 +274,8 @@ def parse(lines: Iterable[str]) -> _Parsed:
 
 def _parse_project(record: dict[str, Any], where: str) -> dict[str, Any]:
     slug = record.get("slug")
-    if not isinstance(slug, str) or not SLUG.match(slug):
-        raise TransferError(f"{where}: project slug must match {SLUG.pattern}")
+    if not isinstance(slug, str) or not SLUG.fullmatch(slug):
+        raise TransferError(f"{where}: project slug must be {SLUG_RULE}")
     settings = record.get("settings")
     if not isinstance(settings, dict) or set(settings) != set(SETTINGS):
         raise TransferError(f"{where}: settings must hold exactly {', '.join(SETTINGS)}")
@@ -298,8 +299,11 @@ def _check_meaning(kind: str, record: dict[str, Any], where: str) -> None:
             raise TransferError(f"{where}: kind {record['kind']!r} is not one of {', '.join(trust.KINDS)}")
         if record["state"] not in trust.STATES:
             raise TransferError(f"{where}: state {record['state']!r} is not one of {', '.join(trust.STATES)}")
-    elif kind == "token" and record["level"] not in LEVELS:
-        raise TransferError(f"{where}: level {record['level']!r} is not one of {', '.join(LEVELS)}")
+    elif kind == "token":
+        if record["level"] not in LEVELS:
+            raise TransferError(f"{where}: level {record['level']!r} is not one of {', '.join(LEVELS)}")
+        if not PRINCIPAL.fullmatch(record["principal"]):
+            raise TransferError(f"{where}: principal {record['principal']!r} must be {PRINCIPAL_RULE}")
 
 
 async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
@@ -313,7 +317,7 @@ async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
         demotions_per_hour=int(parsed.project["settings"]["demotions_per_hour"]),
     )
 
-    async def unit(q: Any) -> None:
+    async def unit(q: Queries) -> None:
         if await q.project_by_slug(slug) is not None:
             raise Conflict(
                 f"project {slug!r} already exists on this hub; import only into a hub without it", code="project_exists"

@@ -1,4 +1,6 @@
-"""The trust rule of KNOWLEDGE.md as plain functions over plain data.
+"""The trust rule as plain functions over plain data: whatever a machine
+writes enters unconfirmed, and only an owner or K distinct CI issuers move
+it across, never past a live contradiction.
 
 No I/O and no clock of its own: every function takes `now`.  The store reads
 the facts, asks these functions what the rule says, and writes the answer in
@@ -29,8 +31,8 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 STATES = ("candidate", "trusted", "contradicted", "retired")
 CREATED_VIA = ("learn", "extraction", "reflection")
 
-# Picked, not derived: the product text says no specification gives a number
-# for the contradiction window.  Treat 30 days as a starting value.
+# Picked, not derived: no specification gives a number for the
+# contradiction window.  Treat 30 days as a starting value.
 DEFAULT_WINDOW_DAYS = 30.0
 DEFAULT_K = 2
 DEFAULT_DEMOTIONS_PER_HOUR = 10

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
+from mcp.server import MCPServer
 from pydantic import Field
 
 from gateway.core.errors import GatewayError, NotFound
@@ -41,7 +42,7 @@ Task = Annotated[
 ]
 
 
-def register_context(server: Any, hub: Hub) -> None:
+def register_context(server: MCPServer[Any], hub: Hub) -> None:
     @server.resource(
         PLAYBOOK_URI,
         name="RELAYROOM.md",

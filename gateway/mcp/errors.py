@@ -75,6 +75,20 @@ def tool_error_result(tool: str, exc: ToolError, tool_names: Iterable[str]) -> C
     return error_result("tool_failed", str(exc))
 
 
+def unknown_arguments(tool: str, arguments: dict[str, Any], schema: dict[str, Any]) -> CallToolResult | None:
+    """The tool error for arguments the tool does not take (`unknown_argument`,
+    naming them), or None when every argument is one of its own."""
+    known = list(schema.get("properties", {}))
+    unknown = sorted(name for name in arguments if name not in known)
+    if not unknown:
+        return None
+    return error_result(
+        "unknown_argument",
+        f"{tool} takes no argument {_listed([_shown(name) for name in unknown[:5]])}; its arguments are "
+        f"{_listed(known, 'and')}. Nothing was done.",
+    )
+
+
 def _find(exc: BaseException, kind: type[Any]) -> Any:
     seen: BaseException | None = exc
     for _ in range(5):  # the SDK wraps a tool's own exception at most twice

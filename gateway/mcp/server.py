@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.server import MCPServer
 from mcp.server._otel import OpenTelemetryMiddleware  # the SDK's documented opt-out: drop it from `middleware`
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -30,10 +31,13 @@ from mcp import MCPError
 from mcp.types import CallToolResult, GetPromptResult, InputRequiredResult
 from opentelemetry import trace
 from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import __version__
+from gateway.accounts.tokens import placeholder_message
 from gateway.mcp.auth import ProjectTokenVerifier
-from gateway.mcp.errors import prompt_error, tool_error_result, unknown_resource
+from gateway.mcp.errors import prompt_error, tool_error_result, unknown_arguments, unknown_resource
 from gateway.web.inputs import API_BODY_LIMIT
 
 if TYPE_CHECKING:
@@ -62,6 +66,15 @@ class GatewayMCPServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None and isinstance(arguments, dict):
+            # The SDK's argument models ignore what they do not name: a typo
+            # (`ttl_day`) would be lost without a word, and `state="trusted"`
+            # would read as if it had been considered.  Refused before the tool
+            # runs, so nothing changes.
+            refusal = unknown_arguments(name, arguments, tool.parameters)
+            if refusal is not None:
+                return refusal
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -134,17 +147,17 @@ _REFUSALS = {
 class ContractErrorBodies:
     """Rewrite the SDK's non-JSON-RPC refusals into `{"error": {code, message}}`."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         held: dict[str, Any] = {}
         chunks: list[bytes] = []
 
-        async def capture(message: Any) -> None:
+        async def capture(message: Message) -> None:
             if message["type"] == "http.response.start":
                 if message["status"] in _REFUSALS:
                     held["start"] = message
@@ -155,39 +168,52 @@ class ContractErrorBodies:
                 chunks.append(message.get("body", b""))
                 if message.get("more_body", False):
                     return
-                await _send_rewritten(send, held["start"], b"".join(chunks), _has_authorization(scope))
+                await _send_rewritten(send, held["start"], b"".join(chunks), _credential(scope))
                 return
             await send(message)
 
         await self.app(scope, receive, capture)
 
 
-def _has_authorization(scope: Any) -> bool:
-    return any(k.lower() == b"authorization" for k, _ in scope.get("headers", []))
+def _credential(scope: Scope) -> str | None:
+    """The bearer token the request carried ("" for an Authorization header
+    of another form), None when it carried no Authorization header."""
+    for key, value in scope.get("headers", []):
+        if key.lower() == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else ""
+    return None
 
 
-async def _send_rewritten(send: Any, start: Any, body: bytes, sent_credential: bool) -> None:
+async def _send_rewritten(send: Send, start: Message, body: bytes, credential: str | None) -> None:
     status = start["status"]
     try:
         parsed = json.loads(body) if body else None
     except ValueError:
         parsed = None
+    challenge: bytes | None = None
     if isinstance(parsed, dict) and (isinstance(parsed.get("error"), dict) or "jsonrpc" in parsed):
         new_body = body  # already the contract's shape, or a JSON-RPC error: leave it
     else:
         code, message = _REFUSALS[status]
-        if status == 401 and sent_credential:
+        if status == 401 and credential is not None:
             # The SDK answers "invalid_token" for both a missing and an unknown
             # token; whether a header came tells them apart.
-            code, message = "invalid_token", "the bearer token is not valid for this gateway (unknown or revoked)"
+            unexpanded = placeholder_message(credential)
+            code, message = "invalid_token", unexpanded or "the bearer token is not valid for this gateway (unknown or revoked)"
+            # Some clients show only the challenge's description, not the body.
+            challenge = f'Bearer error="invalid_token", error_description="{message}"'.encode("latin-1", "replace")
         new_body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-length", b"content-type")]
+    dropped = (b"content-length", b"content-type") + ((b"www-authenticate",) if challenge else ())
+    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in dropped]
     headers += [(b"content-type", b"application/json"), (b"content-length", str(len(new_body)).encode())]
+    if challenge:
+        headers.append((b"www-authenticate", challenge))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": new_body})
 
 
-def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
+def build_mcp_app(hub: Hub) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
     from gateway.mcp.context import register_context
     from gateway.mcp.tools import register_tools
 
@@ -205,6 +231,8 @@ def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
         ),
     )
     register_tools(server, hub)
+    for tool in server._tool_manager.list_tools():
+        tool.parameters["additionalProperties"] = False  # published as call_tool enforces it
     register_context(server, hub)
     if not tracing_configured(trace.get_tracer_provider()):
         untraced(server)
@@ -218,7 +246,7 @@ def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
     return ContractErrorBodies(endpoint_of(app, "/mcp")), server.session_manager
 
 
-def tracing_configured(provider: Any) -> bool:
+def tracing_configured(provider: trace.TracerProvider) -> bool:
     """Whether `provider` (the process's OpenTelemetry tracer provider) is
     one an operator installed: the API's proxy or no-op provider records
     nothing."""
@@ -229,15 +257,14 @@ def untraced(server: MCPServer[Any]) -> None:
     """Leave out the SDK's OpenTelemetry middleware.
 
     It wraps every MCP message in a span, and with no OpenTelemetry SDK in
-    the process the span records nothing. Building it cost 40-60 us of
-    server time per tool call, about a twentieth of a recall through
-    `/mcp` (bench/README.md). `build_mcp_app` decides once, when the app is
+    the process the span records nothing but still costs server time on
+    every tool call (docs/decisions/0008). `build_mcp_app` decides once, when the app is
     built: a process that installs a tracer provider before that (as
     `opentelemetry-instrument relayroom serve` does) keeps the SDK's spans."""
     server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
 
 
-def endpoint_of(sdk_app: Any, path: str) -> Any:
+def endpoint_of(sdk_app: Starlette, path: str) -> ASGIApp:
     """The SDK app's `path` endpoint wrapped in the SDK app's own middleware
     (the bearer check and the access-token context), without the Starlette
     app around them.

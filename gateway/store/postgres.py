@@ -44,14 +44,17 @@ import random
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from gateway.core.errors import Conflict, GatewayError, Unavailable
-from gateway.store.base import T, Unit
+from gateway.store.base import Driver, T, Unit
 from gateway.store.pg_connections import Connections
 from gateway.store.schema import LATEST_VERSION, META_TABLE, MIGRATIONS, expand, for_dialect
 from gateway.store import recall_index_pg
+
+if TYPE_CHECKING:
+    from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.store")
 
@@ -184,7 +187,7 @@ class PostgresTx:
             await self._conn.executemany(to_dollar_params(sql), [_args(row) for row in rows])
 
 
-class PostgresDriver:
+class PostgresDriver(Driver):
     dialect = "postgres"
 
     def __init__(self, url: str) -> None:
@@ -202,7 +205,7 @@ class PostgresDriver:
         self._gate = asyncio.Semaphore(self._options["pool_max"])
 
         def connect() -> Awaitable[Any]:
-            return asyncpg.connect(
+            connecting: Awaitable[Any] = asyncpg.connect(
                 self._dsn,
                 timeout=CONNECT_TIMEOUT,
                 command_timeout=timeout_ms / 1000 + 5,
@@ -214,6 +217,7 @@ class PostgresDriver:
                     "application_name": "relayroom-gateway",
                 },
             )
+            return connecting
 
         connections = Connections(connect)
         try:
@@ -276,7 +280,7 @@ class PostgresDriver:
     async def ping(self) -> bool:
         try:
             async with self._acquire(timeout=2) as conn:
-                return await conn.fetchval("SELECT 1") == 1
+                return bool(await conn.fetchval("SELECT 1") == 1)
         except Exception:  # readiness reports the failure; it never raises
             return False
 
@@ -297,7 +301,7 @@ class PostgresDriver:
         return await self._write(unit, durable=True, snapshot=False, single=True)
 
     async def read_then_write(
-        self, read: Unit[T], write: Callable[[Any, T], Awaitable[Any]], *, durable: bool = True
+        self, read: Unit[T], write: Callable[[Queries, T], Awaitable[object]], *, durable: bool = True
     ) -> T:
         """`read`, then `write(queries, what read returned)`, in one
         REPEATABLE READ transaction (one snapshot for every statement of
@@ -307,7 +311,7 @@ class PostgresDriver:
         waits for and cannot fail a serialization check.  Retried from the
         start, like `write`, if it ever does."""
 
-        async def unit(queries: Any) -> T:
+        async def unit(queries: Queries) -> T:
             result = await read(queries)
             await write(queries, result)
             return result
@@ -363,7 +367,7 @@ class PostgresDriver:
 
     async def read_statement(self, unit: Unit[T]) -> T:
         """`read` for a unit of one statement, outside a transaction block
-        (`gateway.store.base.read_statement`): the statement reads one
+        (`Driver.read_statement`): the statement reads one
         snapshot by itself, and BEGIN and COMMIT would be two round trips
         more."""
         from gateway.store.queries import Queries
@@ -378,10 +382,9 @@ class PostgresDriver:
 
         if self._pool is None:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
-        # Requests queue here, first come first served (asyncpg's pool let a
+        # Requests queue here, first come first served: asyncpg's pool let a
         # newcomer take a connection released for a woken waiter, which then
-        # queued again at the back: at 64 clients on 10 connections, p50 9 ms
-        # but p99 250 ms in bench/attest.py).
+        # queued again at the back and made the tail (docs/decisions/0010).
         pool, gate = self._pool, self._gate
         try:
             async with asyncio.timeout(timeout):

@@ -305,7 +305,7 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             # seconds) looks for, found through an index instead of a scan
             # of the whole table.  On SQLite a sweep's statements run on the
             # event loop, so a scan stalled every request for as long as it
-            # took: about 30 ms with 200k entries in the hub, once a minute.
+            # took, growing with the hub (docs/decisions/0011).
             # Where a table also holds rows the sweep never picks (entries
             # without an expiry, webhook deliveries kept for good), the
             # index is partial, so writing those rows pays nothing; its

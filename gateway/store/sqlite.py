@@ -26,15 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.errors import Unavailable
-from gateway.store.base import T, Unit
+from gateway.store.base import Driver, T, Unit
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
 
 log = logging.getLogger("relayroom.store")
 
 MAX_GROUP = 256
-# The write-ahead log is folded into the database by a connection of its own
-# on a worker thread after this many commits (about as often as SQLite would),
-# never inside a COMMIT that every write behind it waits for.
+# The write-ahead log is folded into the database by a connection of its
+# own on a worker thread, after this many commits: SQLite's own automatic
+# checkpoint runs inside a COMMIT while every write behind it waits, and
+# the slowest recalls were the ones that queued behind it.  About as often
+# as SQLite would, for commits of recall records (docs/decisions/0001).
 CHECKPOINT_EVERY = 150
 
 
@@ -89,7 +91,7 @@ def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
-class SqliteDriver:
+class SqliteDriver(Driver):
     dialect = "sqlite"
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 15000) -> None:
@@ -193,7 +195,7 @@ class SqliteDriver:
 
     async def read_statement(self, unit: Unit[T]) -> T:
         """`read` for a unit of one statement, without BEGIN and COMMIT
-        (`gateway.store.base.read_statement`): the statement is its own read
+        (`Driver.read_statement`): the statement is its own read
         transaction, which ends when its cursor is released (`SqliteTx`
         keeps none past the call that ran it)."""
         from gateway.store.queries import Queries

@@ -16,9 +16,12 @@ silently left behind by an export.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.store.dialect import Dialect
+
+if TYPE_CHECKING:
+    from gateway.store.queries import Queries
 
 TEXT, REAL, INT = "text", "real", "int"
 
@@ -128,7 +131,7 @@ def _select(table: Table) -> str:
 class TransferQueries:
     """Export reads and import writes, on one transaction's `Queries`."""
 
-    def __init__(self, queries: Any) -> None:
+    def __init__(self, queries: Queries) -> None:
         self.tx = queries.tx
         self.dialect: Dialect = queries.dialect
 

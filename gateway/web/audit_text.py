@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 from gateway.web.labels import SETTING_LABELS, issuer_label
 
+Label = Callable[[str], str]
+
 MAX_TEXT = 300
 MAX_ROW = 1000
 
@@ -45,8 +47,8 @@ def _support(d: dict[str, Any]) -> str:
     return text + (f" (attestation {d['attestation_id']})." if d.get("attestation_id") else ".")
 
 
-def _promote(d: dict[str, Any]) -> str:
-    names = ", ".join(issuer_label(i) for i in d.get("issuers", []) if isinstance(i, str))
+def _promote(d: dict[str, Any], label: Label = issuer_label) -> str:
+    names = ", ".join(label(i) for i in d.get("issuers", []) if isinstance(i, str))
     return f"Trusted: enough distinct issuers support it ({names})."
 
 
@@ -140,14 +142,19 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def describe(action: str, detail: Any) -> str:
-    """One sentence for an audit row; never raises, whatever the detail holds."""
+def describe(action: str, detail: Any, label: Label | None = None) -> str:
+    """One sentence for an audit row; never raises, whatever the detail holds.
+    `label` names an issuer identity as the page does (the check map's names
+    for its bindings); without it, as the identity alone says."""
     if detail is None:
         return ""
     if not isinstance(detail, dict):
         return _short(detail)
     try:
-        text = DESCRIBE[action](detail) if action in DESCRIBE else _pairs(detail)
+        if action == "promote":
+            text = _promote(detail, label or issuer_label)
+        else:
+            text = DESCRIBE[action](detail) if action in DESCRIBE else _pairs(detail)
     except (TypeError, ValueError, AttributeError):
         text = _pairs(detail)
     # One line, bounded: keys and values are anyone's text, line breaks included.

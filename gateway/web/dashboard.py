@@ -12,7 +12,6 @@ the same core function as the REST API (`hub.knowledge.confirm`,
 from __future__ import annotations
 
 import secrets
-from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import Request
@@ -22,7 +21,9 @@ from starlette.staticfiles import StaticFiles
 
 from gateway.knowledge import trust
 from gateway.knowledge.corrections import replaced_id
-from gateway.core.errors import Conflict, Forbidden, GatewayError, Unauthorized
+from gateway.knowledge.model import Entry
+from gateway.accounts.sessions import Session
+from gateway.core.errors import Conflict, GatewayError, Unauthorized
 from gateway.accounts.tokens import digest
 from gateway.web.dashboard_base import (
     context,
@@ -38,6 +39,7 @@ from gateway.web.dashboard_review import routes as review_routes
 from gateway.web.dashboard_tokens import routes as token_routes
 from gateway.web.html import STATIC_DIR, page
 from gateway.web.inputs import hub_of, query_str
+from gateway.web.labels import mapped_checks
 from gateway.web.session import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -47,12 +49,15 @@ from gateway.web.session import (
     end_session,
     form_fields,
     load_session,
+    require_csrf,
     set_cookie,
     signing_key,
     start_session,
 )
 
 PAGE_SIZE = 50
+REVIEW_SIZE = 20  # candidates shown above the rest; the state filter pages through all of them
+REVIEWED = tuple(s for s in trust.STATES if s != "candidate")
 AUDIT_PAGE_SIZE = 100
 AUDIT_ACTIONS = (
     "learn", "support", "promote", "override", "contradict", "rate_limited", "retire",
@@ -116,15 +121,23 @@ async def login(request: Request) -> Response:
 
 
 @view
+async def logout_page(request: Request) -> Response:
+    """A GET never changes state: it shows the sign-out button (a POST form
+    with the CSRF token).  SameSite cookies do not stop a page on a sibling
+    origin (another port of this host, a sibling subdomain) from loading
+    `<img src=/logout>` with the owner's cookie."""
+    session = await load_session(request)
+    if session is None:
+        return redirect("/login")
+    return page("logout.html", await context(request, session))
+
+
+@view
 async def logout(request: Request) -> Response:
     session = await load_session(request)
-    if request.method == "POST":
-        fields = await form_fields(request)
-        if session is not None and not csrf_ok(await signing_key(hub_of(request)), "form", session.nonce, fields.get("csrf_token")):
-            raise Forbidden("this form is missing its CSRF token; reload the page and try again", code="csrf_failed")
+    fields = await form_fields(request)
     if session is not None:
-        # SameSite=Strict keeps another site's GET from carrying the cookie here,
-        # so a GET sign-out is the owner's own.
+        await require_csrf(request, session, fields)
         await end_session(request, session)
     response = redirect("/login?notice=signed_out")
     clear_cookie(request, response, SESSION_COOKIE)
@@ -156,8 +169,17 @@ async def knowledge(request: Request) -> Response:
     kind = query_str(request, "kind", 20)
     text = query_str(request, "q", 200)
     cursor = query_str(request, "cursor", 64)
+    # Unfiltered, the tab is a review queue: the candidates waiting for the
+    # owner first, then every other entry, each list newest first.  A filter
+    # shows one list of what it selects.
+    queue = not (state or kind or text)
+    review: list[Entry] = []
+    more_to_review = False
+    if queue and cursor is None:
+        review, rest = await hub.knowledge.list(principal, state="candidate", limit=REVIEW_SIZE)
+        more_to_review = rest is not None
     entries, next_cursor = await hub.knowledge.list(
-        principal, state=state, kind=kind, limit=PAGE_SIZE, cursor=cursor, text=text
+        principal, state=REVIEWED if queue else state, kind=kind, limit=PAGE_SIZE, cursor=cursor, text=text
     )
     project = principal.project
     counts = await hub.ledger.counts(principal)
@@ -165,8 +187,12 @@ async def knowledge(request: Request) -> Response:
         request,
         session,
         "knowledge",
+        queue=queue,
+        review=review,
+        more_to_review=more_to_review,
         entries=entries,
         next_cursor=next_cursor,
+        mapped_checks=mapped_checks(hub.checkmaps, project.slug),
         filters={"state": state or "", "kind": kind or "", "q": text or ""},
         paged=cursor is not None,
         counts=counts,
@@ -194,6 +220,7 @@ async def entry_page(request: Request) -> Response:
         session,
         "knowledge",
         entry=entry,
+        mapped_checks=mapped_checks(hub.checkmaps, project.slug),
         audit_rows=rows,
         returned=returned,
         used=used,
@@ -206,7 +233,7 @@ async def entry_page(request: Request) -> Response:
     return page("entry.html", ctx)
 
 
-async def _entry_post(request: Request) -> tuple[Any, dict[str, str], str, str]:
+async def _entry_post(request: Request) -> tuple[Session, dict[str, str], str, str]:
     """An owner's form post on one entry: (session, fields, entry id, where to go back)."""
     session, fields = await owner_post(request)
     slug = session.principal.project.slug
@@ -224,7 +251,7 @@ async def confirm(request: Request) -> Response:
     return redirect(with_notice(back, "confirmed", entry_id))
 
 
-async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: GatewayError, back: str) -> Response:
+async def _confirm_refused(request: Request, session: Session, entry_id: str, exc: GatewayError, back: str) -> Response:
     """The page a blocked or pointless confirm answers with: why, by whom, until when."""
     hub = hub_of(request)
     now = hub.clock.now()
@@ -241,6 +268,7 @@ async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: G
         live=live,
         blocked_until=until,
         back=back,
+        kinds=trust.KINDS,
     )
     return page("confirm_refused.html", ctx, status=exc.status)
 
@@ -285,7 +313,8 @@ routes = [
     Route("/", home, methods=["GET"]),
     Route("/login", login_form, methods=["GET"]),
     Route("/login", login, methods=["POST"]),
-    Route("/logout", logout, methods=["GET", "POST"]),
+    Route("/logout", logout_page, methods=["GET"]),
+    Route("/logout", logout, methods=["POST"]),
     Route(P, project_home, methods=["GET"]),
     *move_routes,
     Route(f"{P}/knowledge", knowledge, methods=["GET"]),

@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from gateway.knowledge.settings import SETTING_RULES
 from gateway.ci.report import OUTCOMES, checks_report, recent_runs
+from gateway.ci_steps import github_usage, unreachable_from_ci
 from gateway.core.errors import Invalid
 from gateway.recall.learning import DEFAULT_DAYS, MAX_DAYS, learning_report
 from gateway.knowledge.playbook import relayroom_md
@@ -94,6 +95,7 @@ async def checks(request: Request) -> Response:
     report = await checks_report(hub.driver, project, now, hub.checkmaps)
     recent = await recent_runs(hub.driver, project, RECENT_RUNS)
     candidates, _ = await hub.knowledge.list(session.principal, state="candidate", limit=3)
+    gateway_url = str(request.base_url).rstrip("/")
     ctx = await context(
         request,
         session,
@@ -102,8 +104,8 @@ async def checks(request: Request) -> Response:
         outcomes=OUTCOMES,
         recent=recent,
         has_bindings=bool(bindings_of(hub.checkmaps, project.slug)),
-        gateway_url=str(request.base_url).rstrip("/"),
-        audience=hub.config.audience,
+        workflow=github_usage(gateway_url, "tests", hub.config.audience),
+        unreachable=unreachable_from_ci(gateway_url),
         example_ids=[e.id for e in candidates],
     )
     return page("checks.html", ctx)

@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, pass_context, select_autoescape
 from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
 from gateway.core.clock import to_date, to_rfc3339
 from gateway.core.errors import GatewayError
+from gateway.core.visible import first_invisible, invisible, marker
+from gateway.knowledge.model import Entry
+from gateway.knowledge.trust import blocked_until
 from gateway.web.audit_text import contradiction_reason, describe
 from gateway.web.errors import gateway_error_response
 from gateway.web.labels import SETTING_LABELS, plural
@@ -85,6 +88,29 @@ def _soft_breaks(value: Any) -> Markup:
     return Markup(_BREAK_AFTER.sub(r"\1<wbr>", str(escape(value))))
 
 
+_INVISIBLE_MARK = Markup('<mark class="invisible-char" title="a character a person cannot see, {}">{}</mark>')
+
+
+def _shown(value: Any) -> Markup:
+    """Text as the store holds it, drawn so that the page's text is what
+    agents are served (gateway.core.visible.marked): each invisible
+    character as its marker, highlighted; a carriage return as a character
+    reference, since an HTML parser turns a raw one into a line feed; the
+    rest escaped."""
+    text = "" if value is None else str(value)
+    if "\r" not in text and first_invisible(text) is None:
+        return escape(text)
+    parts: list[str] = []
+    for char in text:
+        if invisible(char):
+            parts.append(_INVISIBLE_MARK.format(marker(char).strip("[]"), marker(char)))
+        elif char == "\r":
+            parts.append(Markup("&#13;"))
+        else:
+            parts.append(escape(char))
+    return Markup("").join(parts)
+
+
 def _http_url(value: Any) -> str | None:
     """The URL if it is an absolute http(s) link a person may follow, else
     None.  A run_url comes from CI's request body: a `javascript:` or
@@ -103,6 +129,17 @@ def _http_url(value: Any) -> str | None:
     return value
 
 
+@pass_context
+def _audit_text(context: Any, row: dict[str, Any]) -> str:
+    """An audit row as a sentence, issuers named as the page names them (the check map's labels)."""
+    return describe(row.get("action", ""), row.get("detail"), context.get("issuer_label"))
+
+
+def _blocked_until(entry: Entry, now: float) -> float | None:
+    """Until when a live contradiction blocks an owner's confirm of `entry` (None: it does not)."""
+    return blocked_until([c.to_rule() for c in entry.contradictions], now)
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(str(TEMPLATES_DIR)),
@@ -118,8 +155,10 @@ def _environment() -> Environment:
     env.filters["plural"] = plural
     env.filters["soft_breaks"] = _soft_breaks
     env.filters["http_url"] = _http_url
+    env.filters["shown"] = _shown
     env.filters["contradiction_reason"] = contradiction_reason
-    env.filters["audit_text"] = lambda row: describe(row.get("action", ""), row.get("detail"))
+    env.filters["audit_text"] = _audit_text
+    env.filters["blocked_until"] = _blocked_until
     env.globals["setting_labels"] = SETTING_LABELS
     return env
 

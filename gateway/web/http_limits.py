@@ -3,8 +3,8 @@ httptools parser does not keep.
 
 `relayroom serve` runs uvicorn with httptools (what `uvicorn[standard]`
 picks).  httptools buffers a request line and headers of any size until the
-blank line: a client streaming 150 MB of one header value without a line
-break grew the server by 210 MB, and a connection that never finishes its head
+blank line (a client streaming one endless header value grows the server
+without bound), and a connection that never finishes its head
 is held for ever, and so is one whose body arrives a byte at a time (the
 64 KiB body cap bounds its memory, not its time).  (h11, the pure-Python
 parser, does bound the head through `h11_max_incomplete_event_size`, but
@@ -35,6 +35,13 @@ off (the tests of tests/http/test_limits.py would fail first).
   past what its URL parser can address): 400 `malformed_request`, where
   uvicorn would answer in plain text.
 
+- open connections, at most `connection_cap()` (the process's descriptor
+  limit less a reserve for the store, the log and the accept loop): past it,
+  each new connection sheds the one that has waited longest for a request
+  head (408 `request_timeout`, then closed), so a client holding idle
+  connections keeps no one else out.  A connection whose request is being
+  answered is never shed.
+
 The finer limits (an Authorization header over 16 KiB, all headers over
 64 KiB) stay in `GuardMiddleware`, which every server path passes through.
 """
@@ -44,15 +51,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+import resource
+import time
 import typing
+import weakref
 from typing import Any
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gateway.core.connections import connection_cap
+
+log = logging.getLogger("relayroom.connections")
+
 MAX_HEAD_BYTES = 128 * 1024  # the same bound `relayroom serve` gives h11
 HEAD_TIMEOUT = 20.0
 BODY_TIMEOUT = 20.0  # from the end of the head; a 64 KiB body takes well under a second on any link
+SHED_NOTE_SECONDS = 60.0  # at most one log line a minute about shed connections
 
 
 def error_bytes(status: int, reason: str, code: str, message: str) -> bytes:
@@ -78,6 +94,61 @@ TIMED_OUT = error_bytes(
     408, "Request Timeout", "request_timeout",
     f"the request headers did not arrive within {HEAD_TIMEOUT:g} s; send the request again",
 )
+
+
+SHED = error_bytes(
+    408, "Request Timeout", "request_timeout",
+    "the request headers did not arrive before the server needed the connection for another client "
+    "(it is at its limit of open connections); send the request again",
+)
+
+
+class Connections:
+    """The open connections of one server, oldest first, and which of them
+    wait for a request head (idle: nothing of theirs is being answered)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open: dict["BoundedHttpToolsProtocol", None] = {}
+        self.idle: dict["BoundedHttpToolsProtocol", None] = {}
+        self.shed = 0
+        self._told = -SHED_NOTE_SECONDS
+
+    def opened(self, connection: "BoundedHttpToolsProtocol") -> None:
+        self.open[connection] = None
+        self.idle[connection] = None
+        while len(self.open) > self.cap:
+            oldest = next(iter(self.idle), None)
+            if oldest is None or oldest is connection:
+                return  # every other connection is being answered: none is shed
+            oldest.shed()
+            self.shed += 1
+            self._tell()
+
+    def _tell(self) -> None:
+        now = time.monotonic()
+        if now - self._told >= SHED_NOTE_SECONDS:
+            self._told = now
+            log.warning("at the limit of %d open connections: %d shed so far, each the one that waited longest "
+                        "for a request head (a client holding idle connections, or the limit is too low: "
+                        "docs/deployment.md)", self.cap, self.shed)
+
+    def closed(self, connection: "BoundedHttpToolsProtocol") -> None:
+        self.open.pop(connection, None)
+        self.idle.pop(connection, None)
+
+
+# One per uvicorn server (its server_state), made with the first connection.
+_CONNECTIONS: "weakref.WeakKeyDictionary[Any, Connections]" = weakref.WeakKeyDictionary()
+
+
+def connections_of(server_state: Any, cap: int | None) -> Connections:
+    found = _CONNECTIONS.get(server_state)
+    if found is None:
+        if cap is None:
+            cap = connection_cap(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+        found = _CONNECTIONS[server_state] = Connections(cap)
+    return found
 
 
 def body_timed_out(seconds: float) -> bytes:
@@ -130,16 +201,13 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
     and body begins and ends, and the limits act on the connection before the
     inner protocol sees the bytes.  uvicorn is used only through what a
     protocol class passed as `http=` receives and does: its constructor
-    arguments and the asyncio protocol methods.
-
-    Framing every request twice, and the wrapper's calls, cost about 10 us
-    per keep-alive request over the subclass this replaced (a hello app,
-    4,000 sequential requests, three runs: noisy, 2-core machine); an
-    attestation costs about 1 ms."""
+    arguments and the asyncio protocol methods.  Framing every request
+    twice costs a small fraction of any real request (docs/decisions/0007)."""
 
     max_head_bytes = MAX_HEAD_BYTES
     head_timeout = HEAD_TIMEOUT
     body_timeout = BODY_TIMEOUT
+    max_connections: int | None = None  # None: from the descriptor limit (gateway.core.connections)
 
     def __init__(self, config: Any, server_state: Any, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -166,6 +234,7 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
         self._heads = 0  # heads completed on this connection
         self._starts = 0  # answers the app began
         self._answers = 0  # requests the app is done with
+        self._connections = connections_of(server_state, self.max_connections)
 
     # -- the app, wrapped per connection ---------------------------------------------------------
 
@@ -179,6 +248,8 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
             await self._app(scope, receive, counted)
         finally:  # raised or returned, the request is done with (uvicorn answers a 500 itself)
             self._answers += 1
+            if self._answers >= self._heads and not self._closing():
+                self._connections.idle[self] = None  # waits for its next request: the newest idle
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
 
@@ -187,6 +258,7 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
         self._transport = typing.cast(asyncio.Transport, transport)
         self._inner.connection_made(_TransportView(self._transport, self))  # type: ignore[arg-type]
         self._arm_head_timer()
+        self._connections.opened(self)
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
@@ -226,6 +298,7 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
         self._inner.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._connections.closed(self)
         self._cancel_timers()
         self._inner.connection_lost(exc)
 
@@ -256,6 +329,7 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
         # included) raises here, so the refusal is ours and in the contract's body.
         httptools.parse_url(self._url)
         self._head_open = False
+        self._connections.idle.pop(self, None)
         self._heads += 1
         self._wrote = False
         self._cancel_head_timer()
@@ -329,6 +403,11 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
             self._transport.close()
         else:
             self._refuse(body_timed_out(self.body_timeout))
+
+    def shed(self) -> None:
+        """Make room for a new connection: this one waited longest for a head."""
+        self._connections.closed(self)
+        self._refuse(SHED)
 
     def _refuse(self, response: bytes) -> None:
         self._head_open = False

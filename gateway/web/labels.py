@@ -9,9 +9,12 @@ itself stays on the page as the element's title.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
-from gateway.ci.checkmaps.model import GITHUB_ISSUER, GITLAB_ISSUER, Binding, issuer_host
+from gateway.ci.checkmaps.model import CheckMap
+from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.ci.providers import PROVIDERS, Binding
+from gateway.ci.providers.issuers import issuer_host
 
 SETTING_LABELS = {
     "k_distinct_issuers": "Issuers needed to trust an entry (K)",
@@ -21,19 +24,12 @@ SETTING_LABELS = {
     "demotions_per_hour": "Demotions per principal per hour",
 }
 
-PROVIDER_NAMES = {"github-actions": "GitHub Actions", "gitlab": "GitLab"}
-WELL_KNOWN_HOSTS = {issuer_host(GITHUB_ISSUER): "GitHub Actions", issuer_host(GITLAB_ISSUER): "GitLab"}
 
-
-def _binding_detail(binding: Binding) -> str | None:
-    if binding.provider == "github-actions":
-        return binding.repository or (f"repository #{binding.repository_id}" if binding.repository_id else None)
-    if binding.provider == "gitlab":
-        # `project_path` of a gitlab binding is read into `repository`, its label for people.
-        return binding.repository or (f"project #{binding.project_id}" if binding.project_id else None)
-    if binding.provider == "oidc":
-        return binding.subject
-    return None
+def _well_known(host: str) -> str | None:
+    """The provider whose own issuer lives at `host` (GitHub's, gitlab.com)."""
+    return next((cls.LABEL for cls in PROVIDERS.values()
+                 for issuer in (cls.DEFAULT_ISSUER, *cls.ID_ISSUERS) if cls.LABEL and issuer and issuer_host(issuer) == host),
+                None)
 
 
 def issuer_label(identity: str, bindings: Iterable[Binding] = ()) -> str:
@@ -47,23 +43,36 @@ def issuer_label(identity: str, bindings: Iterable[Binding] = ()) -> str:
     if scheme != "oidc" or ":" not in rest:
         return identity
     host = rest.rsplit(":", 1)[0]
-    matching = [b for b in bindings if b.provider != "webhook" and b.identity == identity]
-    provider = next((PROVIDER_NAMES[b.provider] for b in matching if b.provider in PROVIDER_NAMES), None)
+    matching = [b for b in bindings if b.OIDC and b.identity == identity]
+    provider = next((b.LABEL for b in matching if b.LABEL), None)
     # A GitHub Enterprise Server or self-hosted GitLab reads as its provider;
     # the pages keep the exact identity (host included) as the title.
-    name = provider or WELL_KNOWN_HOSTS.get(host) or f"CI at {host}"
-    details = sorted({d for d in (_binding_detail(b) for b in matching) if d})
+    name = provider or _well_known(host) or f"CI at {host}"
+    details = sorted({d for d in (b.detail() for b in matching) if d})
     return f"{name} · {', '.join(details)}" if details else name
 
 
-def bindings_of(registry: Any, slug: str) -> tuple[Binding, ...]:
-    """The issuer bindings of the check map in force for `slug` (none without a registry)."""
-    maps = getattr(getattr(registry, "snapshot", None), "maps", None)
-    checkmap = maps.get(slug) if isinstance(maps, dict) else None
-    return tuple(getattr(checkmap, "bindings", ()) or ())
+def _map_in_force(registry: CheckmapRegistry, slug: str) -> CheckMap | None:
+    return registry.snapshot.maps.get(slug)
 
 
-def labeller(registry: Any, slug: str) -> Callable[[str], str]:
+def bindings_of(registry: CheckmapRegistry, slug: str) -> tuple[Binding, ...]:
+    """The issuer bindings of the check map in force for `slug` (none without one)."""
+    checkmap = _map_in_force(registry, slug)
+    return checkmap.bindings if checkmap is not None else ()
+
+
+def mapped_checks(registry: CheckmapRegistry, slug: str) -> dict[str, list[str]]:
+    """For each entry id, the checks the check map in force says support it."""
+    checkmap = _map_in_force(registry, slug)
+    named: dict[str, list[str]] = {}
+    for check, rule in sorted(checkmap.checks.items() if checkmap is not None else ()):
+        for entry_id in rule.supports:
+            named.setdefault(entry_id, []).append(check)
+    return named
+
+
+def labeller(registry: CheckmapRegistry, slug: str) -> Callable[[str], str]:
     bindings = bindings_of(registry, slug)
     return lambda identity: issuer_label(identity, bindings)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import __version__
+from gateway.accounts.service import MAX_PLAYBOOK
+from gateway.core.visible import invisible
 from gateway.knowledge.settings import SETTING_RULES
 from gateway.knowledge.inputs import MAX_EVENT_TYPE, MAX_EVIDENCE, MAX_PAGE, MAX_STATEMENT, MAX_TTL_DAYS
 from gateway.recall.learning import MAX_DAYS
@@ -36,12 +38,37 @@ STRING = {"type": "string"}
 SLUG = "^[a-z0-9][a-z0-9-]{0,62}$"
 
 
+def _invisible_class() -> str:
+    """The characters of the Basic Multilingual Plane that gateway.core.visible
+    refuses, as the ranges of a regular expression class (built from the rule
+    itself; ECMA-262 5.1, the dialect OpenAPI 3.0 names, cannot write a
+    character past U+FFFF, such as a tag character, in a class)."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(0x10000):
+        if invisible(chr(code)):
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1] = (ranges[-1][0], code)
+            else:
+                ranges.append((code, code))
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+
+
+INVISIBLE = _invisible_class()
+VISIBLE_RULE = (
+    "every character visible: one of category Cc other than tab, line feed and carriage return, of category "
+    "Cf (the tag characters U+E0000 to U+E007F, bidirectional embeddings, overrides and isolates, zero-width "
+    "spaces and joiners, the byte order mark), a non-character or a lone surrogate is refused with 422 "
+    "invisible_text, naming the first one and where it stands (the pattern lists those below U+10000)"
+)
+
+
 def text(limit: int) -> S:
-    """A free-text field as the API checks it: something other than
-    whitespace (Python's: \\x1c-\\x1f and \\x85 are whitespace there), no NUL
-    character, at most `limit` characters."""
-    return {"type": "string", "minLength": 1, "maxLength": limit, "description": "not blank, no NUL character",
-            "pattern": "^[^\\u0000]*[^\\s\\u0000\\u001c-\\u001f\\u0085][^\\u0000]*$"}
+    """A free-text field as the API checks it (gateway.knowledge.inputs.validate_text):
+    at most `limit` characters, every one visible, something other than
+    white space (Python's: \\x1c-\\x1f and \\x85 are white space there, and
+    invisible besides)."""
+    return {"type": "string", "minLength": 1, "maxLength": limit, "description": f"not blank; {VISIBLE_RULE}",
+            "pattern": f"^[^{INVISIBLE}]*[^\\s{INVISIBLE}][^{INVISIBLE}]*$"}
 
 
 TIME = {"type": "string", "format": "date-time"}
@@ -178,14 +205,17 @@ def _query(name: str, schema: S) -> S:
     return {"name": name, "in": "query", "required": False, "allowEmptyValue": True, "schema": schema}
 
 
-LIMIT = lambda maximum: _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})  # noqa: E731
+def _limit(maximum: int) -> S:
+    return _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})
+
+
 CURSOR = _query("cursor", {"type": "string", "description": "opaque: the next_cursor of the page before (any other value is 422 invalid_cursor)"})
 
 # method, path, level, summary, body schema (or "markdown"), extra params, success status, success schema
 OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("post", "/v1/projects/{project}/entries", "write", "Learn: write a candidate entry", LEARN, [], 201, ENTRY),
     ("get", "/v1/projects/{project}/entries", "read", "List the entries this level may see", None,
-     [_query("state", {"type": "string", "enum": list(STATES)}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_PAGE), CURSOR],
+     [_query("state", {"type": "string", "enum": list(STATES)}), _query("kind", {"type": "string", "enum": list(KINDS)}), _limit(MAX_PAGE), CURSOR],
      200, _obj(["entries", "next_cursor"], {"entries": {"type": "array", "items": ENTRY}, "next_cursor": {"type": "string", "nullable": True}})),
     ("get", "/v1/projects/{project}/entries/{entry_id}", "read", "One entry", None, [_path("entry_id")], 200, ENTRY),
     ("post", "/v1/projects/{project}/entries/{entry_id}/confirm", "owner", "Owner confirms (promotes alone)", None, [_path("entry_id")], 200, ENTRY),
@@ -204,11 +234,11 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("post", "/v1/projects/{project}/events", "write", "Post an event; an error with detail.contradicts demotes", EVENT, [], 202,
      _obj(["event_id", "effect"], {"event_id": STRING, "effect": {"type": "string", "enum": ["contradicted", "duplicate", "none"]}})),
     ("get", "/v1/projects/{project}/recall", "read", "Recall trusted, unexpired entries, best first", None,
-     [_query("q", {"type": "string", "maxLength": MAX_QUERY_CHARS}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_RECALL)],
+     [_query("q", {"type": "string", "maxLength": MAX_QUERY_CHARS}), _query("kind", {"type": "string", "enum": list(KINDS)}), _limit(MAX_RECALL)],
      200, _obj(["recall_id", "entries"], {"recall_id": STRING, "entries": {"type": "array", "items": ENTRY}})),
     ("post", "/v1/projects/{project}/recall_used", "read", "Report that a recalled entry shaped the work", RECALL_USED, [], 204, None),
     ("get", "/v1/projects/{project}/audit", "owner", "The append-only audit ledger", None,
-     [_query("entry", STRING), _query("action", STRING), LIMIT(500), CURSOR], 200,
+     [_query("entry", STRING), _query("action", STRING), _limit(500), CURSOR], 200,
      _obj(["rows"], {"rows": {"type": "array", "items": {"type": "object"}}, "next_cursor": {"type": "string", "nullable": True}})),
     ("get", "/v1/projects/{project}/learning", "owner", "Recall-quality figures", None,
      [_query("days", {"type": "integer", "minimum": 1, "maximum": MAX_DAYS})], 200, {"type": "object"}),
@@ -220,7 +250,7 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
      MESSAGE, [_path("thread_id", THREAD_ID)], 201, _obj(["message_id", "candidates"], {"message_id": STRING, "candidates": {"type": "array", "items": STRING}, "duplicates": {"type": "array", "items": STRING}})),
     ("post", "/v1/projects/{project}/proposals", "write", "Propose a reflection", PROPOSAL, [], 201, {"type": "object"}),
     ("get", "/v1/projects/{project}/proposals", "owner", "List proposals", None,
-     [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), LIMIT(MAX_PAGE), CURSOR], 200, {"type": "object"}),
+     [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), _limit(MAX_PAGE), CURSOR], 200, {"type": "object"}),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/approve", "owner", "Approve: registers a candidate", None, [_path("proposal_id")], 201, ENTRY),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/reject", "owner", "Reject a proposal", REASON, [_path("proposal_id")], 200, {"type": "object"}),
 ]
@@ -258,8 +288,8 @@ def spec() -> S:
             op["requestBody"] = {
                 "required": False,
                 "description": "UTF-8 text, whatever the Content-Type says; an empty body clears the base playbook",
-                "content": {"text/markdown": {"schema": {"type": "string", "maxLength": 60000, "pattern": "^[^\\u0000]*$",
-                                                         "description": "no NUL character"}}},
+                "content": {"text/markdown": {"schema": {"type": "string", "maxLength": MAX_PLAYBOOK, "pattern": f"^[^{INVISIBLE}]*$",
+                                                         "description": VISIBLE_RULE}}},
             }
         elif body is not None:
             op["requestBody"] = {"required": True, "content": {"application/json": {"schema": body}}}

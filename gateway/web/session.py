@@ -86,14 +86,14 @@ def is_https(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
-def set_cookie(request: Request, response: Response, name: str, value: str, max_age: int) -> None:
+def set_cookie(request: Request, response: Response, name: str, value: str, max_age: int, path: str = "/") -> None:
     response.set_cookie(
-        name, value, max_age=max_age, path="/", httponly=True, samesite="strict", secure=is_https(request)
+        name, value, max_age=max_age, path=path, httponly=True, samesite="strict", secure=is_https(request)
     )
 
 
-def clear_cookie(request: Request, response: Response, name: str) -> None:
-    response.delete_cookie(name, path="/", httponly=True, samesite="strict", secure=is_https(request))
+def clear_cookie(request: Request, response: Response, name: str, path: str = "/") -> None:
+    response.delete_cookie(name, path=path, httponly=True, samesite="strict", secure=is_https(request))
 
 
 async def load_session(request: Request) -> Session | None:

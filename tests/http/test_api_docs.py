@@ -91,7 +91,7 @@ async def test_docs_says_what_each_field_accepts(client: httpx.AsyncClient) -> N
     # and when the one that only some alternatives need is required.
     bulk = html[html.index('data-operation="POST /v1/projects/{project}/entries/bulk"'):]
     bulk = bulk[: bulk.index("</article>")]
-    for needle in ("entry_ids", "one of refute, confirm, retire", "required when action is refute", "not blank, no NUL character"):
+    for needle in ("entry_ids", "one of refute, confirm, retire", "required when action is refute", "not blank; every character visible"):
         assert needle in bulk, needle
 
 

@@ -26,6 +26,7 @@ import pytest
 from gateway.ci import webhook_signatures as sig
 from gateway.ci.checkmaps.conflicts import resolve
 from gateway.ci.checkmaps.validate import validate_text
+from gateway.ci.providers.webhook import StandardWebhook, source_key
 from tests.support.attest_fixtures import checkmap, gitlab_binding, learn, write_map
 from tests.support.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import make_project
@@ -169,7 +170,7 @@ async def test_secret_env_and_webhook_secret_env_are_one_namespace(
     await write_map(hub, checkmap_dir, "beta.yaml", checkmap("beta", webhook_binding("beta-src", "ONE_SECRET"), {}))
     errors = await readyz_errors(client)
     assert "ONE_SECRET is already named" in (errors["beta.yaml"] or "") and errors["acme.yaml"] is None
-    assert "beta-src" not in registry_of(hub).snapshot.webhook_sources
+    assert registry_of(hub).snapshot.bound(source_key("beta-src"), StandardWebhook) == []
 
 
 # -- finding 8: issuers with immutable ids are bound by them ------------------------
@@ -246,7 +247,7 @@ def test_resolve_keeps_the_file_in_force_whatever_the_newcomer_is_named() -> Non
 
 def test_resolve_lets_several_projects_share_an_issuer_bound_by_id() -> None:
     one = _parsed("a.yaml", checkmap("a", gitlab_binding("https://gitlab.example.com"), {}))
-    two = _parsed("b.yaml", checkmap("b", gitlab_binding("https://gitlab.example.com"), {}))
+    two = _parsed("b.yaml", checkmap("b", gitlab_binding("https://gitlab.example.com").replace('"42"', '"43"'), {}))
     decisions = resolve({"a.yaml": (None, one), "b.yaml": (None, two)})
     assert decisions["a.yaml"].keep is one and decisions["b.yaml"].keep is two
 

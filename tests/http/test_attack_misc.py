@@ -363,15 +363,34 @@ async def test_a_copied_cookie_is_worth_nothing_after_sign_out(client: Any, app:
     assert (await client.get(f"/v1/projects/acme/entries/{entry}", headers={"Authorization": f"Bearer {acme.owner}"})).json()["state"] == "candidate"
 
 
-async def test_a_get_sign_out_ends_the_session_too(client: Any, app: Any, hub: Any, acme: Any) -> None:
-    from tests.support.dashboard_helpers import HTML, login
+async def test_a_get_of_logout_never_signs_out(client: Any, app: Any, hub: Any, acme: Any) -> None:
+    """A GET never changes state: a page on a sibling origin (another port of
+    this host, a sibling subdomain; SameSite does not stop those) could load
+    `<img src=/logout>` with the owner's cookie.  The GET shows the sign-out
+    button; only its POST, with the CSRF token, signs out."""
+    from tests.support.dashboard_helpers import HTML, csrf_from, login
 
     await login(client, acme.owner)
-    stolen = client.cookies.get("rr_session")
-    assert (await client.get("/logout", headers=HTML)).status_code == 303
-    async with await _second_browser(app) as thief:
-        thief.cookies.set("rr_session", stolen)
-        assert (await thief.get("/projects/acme/audit", headers=HTML)).status_code == 303
+    for headers in (HTML, {"Accept": "image/avif,image/webp,*/*", "Sec-Fetch-Dest": "image",
+                           "Referer": "http://127.0.0.1:9999/cat.html"}, {}):
+        r = await client.get("/logout", headers=headers)
+        assert r.status_code == 200, r.status_code
+        assert "set-cookie" not in r.headers
+        assert (await client.get("/projects/acme/knowledge", headers=HTML)).status_code == 200
+    form = (await client.get("/logout", headers=HTML)).text
+    assert 'action="/logout"' in form and 'method="post"' in form
+    assert (await client.head("/logout")).status_code in (200, 405)
+    assert (await client.get("/projects/acme/knowledge", headers=HTML)).status_code == 200
+    # A forged POST (no token, another session's token) is refused and ends nothing.
+    for data in ({}, {"csrf_token": "0" * 64}):
+        assert (await client.post("/logout", data=data, headers=HTML)).status_code == 403
+    assert (await client.get("/projects/acme/knowledge", headers=HTML)).status_code == 200
+    r = await client.post("/logout", data={"csrf_token": csrf_from(form)}, headers=HTML)
+    assert r.status_code == 303 and r.headers["location"].startswith("/login")
+    assert (await client.get("/projects/acme/knowledge", headers=HTML)).status_code == 303
+    # Signed out, the GET sends a browser to sign in and still changes nothing.
+    r = await client.get("/logout", headers=HTML)
+    assert r.status_code == 303 and r.headers["location"] == "/login"
 
 
 @sqlite_only

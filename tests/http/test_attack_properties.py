@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import html
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +34,7 @@ from hypothesis import strategies as st
 from gateway.ci import webhook_signatures as sig
 from gateway.core.clock import ManualClock
 from gateway.core.config import Config
+from gateway.core.visible import describe, first_invisible, marked
 from gateway.hub import Hub
 from tests.support.oidc_issuer import OidcIssuer
 
@@ -59,6 +62,9 @@ AGENT_GITLAB_RUNS = [
     {"ref": "agent-branch", "ref_protected": "false"},
     {"ref": "main", "ref_type": "tag"},
 ]
+# Letters, white space a person sees, and one of each kind of character a person does not.
+HIDDEN_ALPHABET = ["a", " ", "\t", "\n", "\r", "\x00", "\x1c", "\x85", "\u00ad", "\u200b", "\u200d", "\u202e",
+                   "\u2066", "\ufeff", "\uffff", "\ufdd0", "\U000e0041", "\U000e007f", "\u2028", "<", "&"]
 WEBHOOK_EVENTS = ["pull_request", "pull_request_target", "workflow_run", "issue_comment", "merge_group", "push"]
 
 
@@ -360,3 +366,77 @@ def test_the_operator_secrets_do_vote(issuers: tuple[OidcIssuer, OidcIssuer, Oid
         asyncio.run(run())
     finally:
         os.environ.pop(GH_SECRET_ENV, None)
+
+
+# -- what the owner sees is what agents are served ------------------------------------------
+
+_CARD = re.compile(r'data-entry-id="(?P<id>[^"]+)"[^>]*>.*?<p class="statement[^"]*">(?P<text>.*?)</p>', re.S)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def drawn_statements(page: str) -> dict[str, str]:
+    """Entry id -> the text a browser draws for its statement (the page's
+    text content: tags dropped, character references read)."""
+    return {m["id"]: html.unescape(_TAG.sub("", m["text"])) for m in _CARD.finditer(page)}
+
+
+async def _drawn_and_served(written: str, as_stored: bool) -> None:
+    from gateway.web.app import build_app
+    from tests.support.dashboard_helpers import HTML, login
+
+    statement = f"Zebra note {written}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Config.from_env({}, database_url=f"sqlite:///{Path(tmp) / 'p.db'}", checkmaps=str(Path(tmp)),
+                                 sweep_interval=0.0)
+        hub = Hub(config, clock=ManualClock(start=time.time()))
+        app = build_app(hub, manage_hub=False)
+        await hub.start(background=False)
+        try:
+            await hub.accounts.create_project("acme")
+            owner = await hub.accounts.create_token("acme", "owner", "olivia")
+            writer = await hub.accounts.create_token("acme", "write", "agent-7")
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1:8750") as c:
+                agent, boss = {"Authorization": f"Bearer {writer}"}, {"Authorization": f"Bearer {owner}"}
+                await c.patch("/v1/projects/acme/settings", json={"playbook_min_trusted": 1}, headers=boss)
+                r = await c.post("/v1/projects/acme/entries", json={"kind": "fact", "statement": statement}, headers=agent)
+                hidden = first_invisible(statement)
+                if hidden is not None:  # refused, naming the first one, and nothing written
+                    assert r.status_code == 422 and r.json()["error"]["code"] == "invisible_text", r.text
+                    assert describe(*hidden) in r.json()["error"]["message"]
+                    assert await hub.driver.read(lambda q: q.count_rows("entries")) == 0
+                else:
+                    assert r.status_code == 201, r.text
+                if hidden is not None or as_stored:
+                    # The same text in a store written before the rule (or imported).
+                    r = await c.post("/v1/projects/acme/entries", json={"kind": "fact", "statement": "Zebra placeholder."},
+                                     headers=agent)
+                    await hub.driver.write(lambda q: q.tx.run("UPDATE entries SET statement = ?", statement))
+                entry_id = r.json()["id"]
+                assert (await c.post(f"/v1/projects/acme/entries/{entry_id}/confirm", headers=boss)).status_code == 200
+
+                recalled = (await c.get("/v1/projects/acme/recall", params={"q": "zebra note"}, headers=agent)).json()
+                served = {e["id"]: e["statement"] for e in recalled["entries"]}
+                one = (await c.get(f"/v1/projects/acme/entries/{entry_id}", headers=agent)).json()["statement"]
+                document = (await c.get("/projects/acme/RELAYROOM.md", headers=agent)).text
+                line = next(x for x in document.splitlines() if x.endswith(f"(`{entry_id}`)"))
+                await login(c, owner)
+                knowledge = drawn_statements((await c.get("/projects/acme/knowledge", headers=HTML)).text)
+                page = drawn_statements((await c.get(f"/projects/acme/entries/{entry_id}", headers=HTML)).text)
+
+            assert served == {entry_id: one}
+            assert knowledge[entry_id] == page[entry_id] == one, (statement, one)
+            assert line == f"- {' '.join(one.split())} (`{entry_id}`)"
+            assert first_invisible(one) is None and first_invisible(document) is None
+            assert one == (statement if hidden is None else marked(statement))
+        finally:
+            await hub.stop()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(written=st.text(max_size=40) | st.text(alphabet=st.sampled_from(HIDDEN_ALPHABET), max_size=12),
+       as_stored=st.booleans())
+def test_what_the_owner_sees_is_what_agents_are_served(written: str, as_stored: bool) -> None:
+    """For any text an agent writes, accepted or refused (and then found in an
+    old store), the statement the owner's pages draw is the statement every
+    agent door serves, and neither holds an invisible character."""
+    asyncio.run(_drawn_and_served(written, as_stored))

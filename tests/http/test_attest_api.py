@@ -95,13 +95,13 @@ checks:
     assert "pipeline:acme/api:feature" in refused.json()["error"]["message"]
 
 
-async def test_a_repository_bound_by_two_projects_needs_the_body_to_pick(
+async def test_a_repository_shared_by_two_projects_needs_the_body_to_pick(
     client: Any, hub: Any, checkmap_dir: Any, issuer: OidcIssuer, clock: Any
 ) -> None:
     await make_project(hub, "acme")
     await make_project(hub, "beta")
-    await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", github_binding(issuer.url), {}))
-    await write_map(hub, checkmap_dir, "beta.yaml", checkmap("beta", github_binding(issuer.url), {}))
+    await write_map(hub, checkmap_dir, "acme.yaml", checkmap("acme", github_binding(issuer.url, extra="    shared_with: [beta]"), {}))
+    await write_map(hub, checkmap_dir, "beta.yaml", checkmap("beta", github_binding(issuer.url, extra="    shared_with: [acme]"), {}))
     ambiguous = await post(client, issuer.github_token(clock.now()))
     assert ambiguous.status_code == 422 and ambiguous.json()["error"]["code"] == "project_required"
     picked = await post(client, issuer.github_token(clock.now()), project="beta")

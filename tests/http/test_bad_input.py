@@ -86,7 +86,7 @@ INVALID_LEARN = [
     ({"kind": "fact", "statement": 42}, "invalid_field"),
     ({"kind": "fact", "statement": ["a"]}, "invalid_field"),
     ({"kind": "fact", "statement": "x" * 2001}, "invalid_field"),
-    ({"kind": "fact", "statement": "nul \x00 byte"}, "invalid_field"),
+    ({"kind": "fact", "statement": "nul \x00 byte"}, "invisible_text"),
     ({"kind": "fact", "statement": "x", "evidence": 5}, "invalid_field"),
     ({"kind": "fact", "statement": "x", "ttl_days": 0}, "invalid_field"),
     ({"kind": "fact", "statement": "x", "ttl_days": -3}, "invalid_field"),

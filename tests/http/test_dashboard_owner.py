@@ -195,7 +195,9 @@ async def test_tokens_are_listed_without_secrets_made_once_and_revoked(client: A
         assert secret not in page and digest(secret) not in page  # neither the secret nor its stored hash
 
     r = await post_form(client, f"{P}/tokens", {"name": "ci-bot", "level": "write"})
-    assert r.status_code == 200
+    assert r.status_code == 303 and r.headers["location"] == f"{P}/tokens/new"  # post/redirect/get
+    assert "rr_" not in r.headers["location"] + r.text
+    r = await client.get(r.headers["location"], headers=HTML)
     secret = re.search(r"<pre class=\"snippet secret\" data-secret>(rr_[^<]+)</pre>", r.text).group(1)  # type: ignore[union-attr]
     assert r.headers["cache-control"] == "no-store"
     learned = await client.post("/v1/projects/acme/entries", json={"kind": "fact", "statement": "The bot works."}, headers=bearer(secret))
@@ -216,6 +218,32 @@ async def test_tokens_are_listed_without_secrets_made_once_and_revoked(client: A
     assert (await post_form(client, f"{P}/tokens/{token_id}/revoke", {})).status_code == 404  # revoked already
     assert (await post_form(client, f"{P}/tokens", {"name": "sneaky", "level": "owner"}, csrf=False)).status_code == 403
     assert await snapshot(hub) == before
+
+
+async def test_the_new_token_page_shows_its_secret_once_and_a_reload_makes_nothing(client: Any, acme: Any, hub: Any) -> None:
+    await login(client, acme.owner)
+    r = await post_form(client, f"{P}/tokens", {"name": "ci-bot", "level": "read"})
+    carried = r.headers["set-cookie"]
+    assert r.status_code == 303 and "rr_new_token=" in carried and f"Path={P}/tokens" in carried
+    assert "httponly" in carried.lower() and "samesite=strict" in carried.lower()
+    before = await snapshot(hub)
+    shown = await client.get(f"{P}/tokens/new", headers=HTML)
+    secret = re.search(r"data-secret>(rr_[^<]+)</pre>", shown.text).group(1)  # type: ignore[union-attr]
+    assert secret not in carried  # sealed, not a copy of the secret
+    # A reload: nothing submitted, no secret shown again, no second token.
+    again = await client.get(f"{P}/tokens/new", headers=HTML)
+    assert again.status_code == 303 and "notice=token_secret_gone" in again.headers["location"]
+    page = (await client.get(again.headers["location"], headers=HTML)).text
+    assert secret not in page and "shown once" in page
+    assert await snapshot(hub) == before
+    tokens = (await hub.accounts.tokens("acme"))
+    assert [t["principal"] for t in tokens].count("ci-bot") == 1
+    # The cookie a first view consumed, replayed by another session of the same owner, shows nothing.
+    sealed = re.search(r"rr_new_token=([^;]+)", carried).group(1)  # type: ignore[union-attr]
+    await client.post("/logout", data={"csrf_token": await csrf_for(client)}, headers=HTML)
+    await login(client, acme.owner)
+    client.cookies.set("rr_new_token", sealed, path=f"{P}/tokens")
+    assert (await client.get(f"{P}/tokens/new", headers=HTML)).status_code == 303
 
 
 @sqlite_only
@@ -281,8 +309,12 @@ async def test_an_empty_checks_page_shows_the_map_and_the_workflow_step(client: 
     snippet = re.search(r'<pre class="snippet" data-snippet="checkmap">(.*?)</pre>', page, re.S).group(1)  # type: ignore[union-attr]
     assert "project: acme" in snippet and "provider: github-actions" in snippet and candidate in snippet
     step = re.search(r'<pre class="snippet" data-snippet="workflow">(.*?)</pre>', page, re.S).group(1)  # type: ignore[union-attr]
-    assert "id-token: write" in step and "deploy/github-action" in step and "outcome: ${{ job.status }}" in step
+    assert "id-token: write" in step and "outcome: ${{ job.status }}" in step
+    assert "uses: ./.github/actions/relayroom-attest" in step and "relayroom ci init github" in page
     assert "gateway-url: http://127.0.0.1:8750" in step
+    # A runner on the internet cannot post to this machine: the page says so, and where to read how.
+    warning = re.search(r'data-warning="gateway-url">(.*?)</p>', page, re.S).group(1)  # type: ignore[union-attr]
+    assert "a CI runner cannot reach it" in warning and "https" in warning and "docs/deployment.md" in warning
 
 
 async def test_checks_name_issuers_as_people_do_and_link_each_run(client: Any, acme: Any, hub: Any, checkmap_dir: Any) -> None:

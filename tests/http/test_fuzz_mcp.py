@@ -35,6 +35,7 @@ from hypothesis import strategies as st
 
 from gateway.core.clock import SystemClock
 from gateway.core.config import Config
+from gateway.core.visible import first_invisible
 from gateway.hub import Hub
 from gateway.web.app import build_app
 from tests.conftest import LiveServer
@@ -127,7 +128,7 @@ def argument_values(gw: Gateway) -> st.SearchStrategy[Any]:
 
 
 KINDS = st.sampled_from(["fact", "convention", "pitfall", "decision"])
-TEXT = st.text(min_size=1, max_size=120).filter(lambda t: t.strip() and "\x00" not in t)
+TEXT = st.text(min_size=1, max_size=120).filter(lambda t: t.strip() and first_invisible(t) is None)
 
 
 def valid_arguments(gw: Gateway) -> dict[str, dict[str, st.SearchStrategy[Any]]]:

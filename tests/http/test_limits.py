@@ -244,6 +244,54 @@ def test_the_head_clock_waits_while_an_earlier_request_is_answered() -> None:
         assert time.monotonic() - started < 2
 
 
+class FiveConnections(BoundedHttpToolsProtocol):
+    max_connections = 5
+
+
+def test_past_the_connection_cap_the_connection_idle_longest_is_shed() -> None:
+    """Each connection past the cap sheds the one that has waited longest for
+    a request head, with the contract's 408 body; a connection whose request
+    is being answered is never shed, and a kept-alive connection waiting for
+    its next request counts as idle from the end of its answer."""
+    release = threading.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while scope["path"] == "/slow" and not release.is_set():
+            await asyncio.sleep(0.01)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def read_all(sock: socket.socket) -> bytes:
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return data
+
+    with serving(app, FiveConnections) as port, contextlib.ExitStack() as open_:
+        connect = lambda: open_.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5))  # noqa: E731
+        busy = connect()
+        busy.sendall(b"GET /slow HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        kept = connect()
+        kept.sendall(b"GET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert kept.recv(65536).startswith(b"HTTP/1.1 200 ")  # kept alive: idle from now on
+        time.sleep(0.1)  # the answer's bytes arrive before the server marks the connection idle again
+        idle = []
+        for _ in range(3):  # accepted, and so counted, in the order they connect
+            idle.append(connect())
+            idle[-1].sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Never-Ends: ")
+        newcomer = connect()  # the sixth: the kept-alive one waited longest
+        assert_error_body(read_all(kept), 408, "request_timeout")
+        newcomer.sendall(b"GET /fast HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert read_all(newcomer).startswith(b"HTTP/1.1 200 ")
+        # The newcomer was answered and closed: four are open.  A fifth fits,
+        # a sixth sheds the oldest idle head.
+        late = [connect() for _ in range(2)]
+        assert_error_body(read_all(idle[0]), 408, "request_timeout")
+        # The busy request was never shed: it is answered once released.
+        release.set()
+        assert busy.recv(65536).startswith(b"HTTP/1.1 200 ") and len(late) == 2
+
+
 # -- bodies ---------------------------------------------------------------------------------------
 
 
@@ -500,8 +548,8 @@ def small_map(project: str, *, issuers: int = 1, checks: int = 1, supports: int 
     lines = [f"project: {project}", "issuers:"]
     for n in range(issuers):
         lines += ["  - provider: webhook", f"    source: canary-{n}", f"    secret_env: CANARY_{project.replace('-', '_')}_{n}_SECRET"]
-    lines += ["checks:", "  check-0:", "    supports:"] + [f"      - kn_{n}" for n in range(supports)]
-    lines += [f"  check-{n}: {{supports: [kn_0]}}" for n in range(1, checks)]
+    lines += ["checks:", "  check-0:", "    supports:"] + [f"      - kn_{n:026d}" for n in range(supports)]
+    lines += [f"  check-{n}: {{supports: [kn_{0:026d}]}}" for n in range(1, checks)]
     return "\n".join(lines) + "\n"
 
 
@@ -532,7 +580,7 @@ def test_caps_inside_one_check_map_are_problems_at_their_line(tmp_path: Path) ->
                 f"(this is check {MAX_CHECKS + 1})")])
     text = small_map("acme", supports=MAX_SUPPORTS + 1)
     assert validate_text(text, "acme.yaml") == (None, [
-        Problem("acme.yaml", line_of(text, f"- kn_{MAX_SUPPORTS}"),
+        Problem("acme.yaml", line_of(text, f"- kn_{MAX_SUPPORTS:026d}"),
                 f"check-0: supports lists {MAX_SUPPORTS + 1} entry ids; a check supports at most {MAX_SUPPORTS} "
                 f"(this is id {MAX_SUPPORTS + 1})")])
 
@@ -545,7 +593,7 @@ def test_caps_inside_one_check_map_are_problems_at_their_line(tmp_path: Path) ->
     assert registry.reload() is True
     [row] = registry.status()
     assert "a check supports at most" in row["error"] and row["sha256"] is not None
-    assert registry.snapshot.rule("acme", "check-0").supports == ("kn_0", "kn_1")
+    assert registry.snapshot.rule("acme", "check-0").supports == (f"kn_{0:026d}", f"kn_{1:026d}")
 
     # The editors' schema says the same.
     schema = json.loads((REPO / "checkmaps" / "checkmap.schema.json").read_text())

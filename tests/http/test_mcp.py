@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.knowledge.model import Principal
 from tests.conftest import LiveServer, ProjectTokens, live_setup, make_project
+from tests.support.helpers import snapshot
 
 TOOLS = {"recall", "learn", "recall_used", "report_error"}
 
@@ -187,6 +188,34 @@ async def test_bad_arguments_are_tool_errors_not_crashes(live_server: LiveServer
         # hostile query text is just text
         answer = await call(client, "recall", query='" OR * NEAR( \x00 \U0001f600 ' + "x" * 1900)
         assert answer["entries"] == []
+
+
+async def test_an_argument_a_tool_does_not_take_is_a_tool_error_and_changes_nothing(
+    live_server: LiveServer, acme_live: ProjectTokens
+) -> None:
+    entry_id = trusted(live_server, "acme", "Migrations are named by date.")
+    before = live_setup(live_server, snapshot)
+    calls = [
+        ("learn", {"kind": "fact", "statement": "Agents may promote.", "state": "trusted"}, "'state'"),
+        ("learn", {"kind": "fact", "statement": "Gone stale soon.", "ttl_day": 3}, "'ttl_day'"),
+        ("learn", {"kind": "fact", "statement": "Two typos.", "evidance": "x", "promoted_by": "owner:olivia"},
+         "'evidance' or 'promoted_by'"),
+        ("recall", {"query": "migrations", "project": "other"}, "'project'"),
+        ("recall_used", {"recall_id": "rc_x", "entry_id": entry_id, "count": 50}, "'count'"),
+        ("report_error", {"contradicts": entry_id, "detail": "wrong", "effect": "none"}, "'effect'"),
+    ]
+    async with mcp_client(live_server, acme_live.writer) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        for tool, arguments, named in calls:
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error, (tool, arguments)
+            error = (result.meta or {})["relayroom/error"]
+            assert error["code"] == "unknown_argument", error
+            assert f"{tool} takes no argument {named}" in error["message"], error["message"]
+    assert live_setup(live_server, snapshot) == before
+    assert state_of(live_server, "acme", entry_id) == "trusted"
+    # The published schemas say so too, for a client that checks before calling.
+    assert all(tool.input_schema.get("additionalProperties") is False for tool in listed.values())
 
 
 async def test_a_token_of_another_project_sees_nothing_of_this_one(live_server: LiveServer, acme_live: ProjectTokens) -> None:

@@ -213,7 +213,7 @@ async def test_a_delivery_that_records_for_two_projects_logs_the_facts_of_both(
 ) -> None:
     """An attestation's facts ride on its request's access line; a second
     attestation of the same request (a workflow_run delivery for a
-    repository that two projects bind) keeps a line of its own."""
+    repository that two projects share) keeps a line of its own."""
     from dataclasses import replace
 
     from gateway.ci import webhook_signatures as sig
@@ -221,11 +221,12 @@ async def test_a_delivery_that_records_for_two_projects_logs_the_facts_of_both(
 
     hub.config = replace(hub.config, github_webhook_secret=Secret("hub-wide-secret"))
     hub.intake.config = hub.config  # the intake was built with the config it reads
-    for slug in ("acme", "globex"):
+    for slug, other in (("acme", "globex"), ("globex", "acme")):
         await make_project(hub, slug)
         entry_id = await learn_direct(hub, slug, f"Migrations of {slug} run in staging first.")
         await write_map(hub, checkmap_dir, f"{slug}.yaml", checkmap(
-            slug, github_binding(issuer.url, extra="    github_app: true"), {"migrations": [entry_id]}))
+            slug, github_binding(issuer.url, extra=f"    github_app: true\n    shared_with: [{other}]"),
+            {"migrations": [entry_id]}))
     run = {"id": 9, "run_attempt": 1, "name": "migrations", "conclusion": "success", "event": "push",
            "head_branch": "main", "head_sha": "abc", "path": ".github/workflows/ci.yml",
            "head_repository": {"id": 123456}}

@@ -127,10 +127,16 @@ async def test_a_bindings_own_secret_is_required_when_it_names_one(client: Any, 
     hub.intake.config = hub.config  # the intake was built with the config it reads
     await write_map(hub, checkmap_dir, "acme.yaml", checkmap(
         "acme", github_binding(issuer.url, extra="    webhook_secret_env: ACME_GH_SECRET"), {}))
+    # The binding's variable is not set: the hub-wide secret never stands in for it (signed, so
+    # answered 200, and nothing recorded).
     unset = await deliver(client, payload(), "hub-wide-secret", host=issuer.host)
-    assert unset.status_code == 401  # the binding's variable is not set: fail closed, no fallback
+    assert unset.status_code == 200 and unset.json()["reason"] == "not_signed_with_the_bindings_secret"
     monkeypatch.setenv("ACME_GH_SECRET", "per-binding-secret")
-    assert (await deliver(client, payload(), "hub-wide-secret", host=issuer.host)).status_code == 401
+    hub_signed = await deliver(client, payload(), "hub-wide-secret", host=issuer.host)
+    assert hub_signed.status_code == 200 and hub_signed.json()["recorded"] is False
+    assert (await counts(hub))["attestations"] == 0
+    # A secret this gateway does not hold is a bad signature.
+    assert (await deliver(client, payload(), "a-secret-nobody-configured", host=issuer.host)).status_code == 401
     assert (await deliver(client, payload(), "per-binding-secret", host=issuer.host)).status_code == 201
 
 

@@ -1,4 +1,4 @@
-"""The CI-side scripts of deploy/ run as shipped, as a CI user meets them.
+"""The CI-side scripts of gateway/ci_steps/ run as shipped, as a CI user meets them.
 
 The GitHub composite action's step and the GitLab template's script are taken
 out of their YAML files and run with bash, sh and busybox (the GitLab image is
@@ -29,12 +29,12 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
+from gateway.ci_steps import STEPS_BY_NAME
 from tests.support.attest_fixtures import checkmap, github_binding, gitlab_binding, learn
 from tests.support.attest_fixtures import gitlab_issuer, issuer  # noqa: F401 (fixtures)
 from tests.conftest import live_setup, make_project
 from tests.support.oidc_issuer import OidcIssuer
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("curl") is None or shutil.which("bash") is None, reason="needs bash and curl")
 
 REQUEST_TOKEN = "runner-request-token-5b1c"  # stands in for ACTIONS_ID_TOKEN_REQUEST_TOKEN
@@ -139,14 +139,14 @@ def bearer(seen: Seen) -> str:
 
 
 def action_script() -> str:
-    action = yaml.safe_load((ROOT / "deploy" / "github-action" / "action.yml").read_text())
+    action = yaml.safe_load(STEPS_BY_NAME["github"].source.read_text())
     [step] = action["runs"]["steps"]
     assert step["shell"] == "bash"
     return str(step["run"])
 
 
 def gitlab_template() -> dict[str, Any]:
-    return dict(yaml.safe_load((ROOT / "deploy" / "gitlab" / "relayroom-attest.gitlab-ci.yml").read_text()))
+    return dict(yaml.safe_load(STEPS_BY_NAME["gitlab"].source.read_text()))
 
 
 def gitlab_script() -> str:
@@ -155,7 +155,7 @@ def gitlab_script() -> str:
 
 def action_inputs() -> dict[str, str]:
     """The step's environment as GitHub fills it from the inputs' defaults."""
-    action = yaml.safe_load((ROOT / "deploy" / "github-action" / "action.yml").read_text())
+    action = yaml.safe_load(STEPS_BY_NAME["github"].source.read_text())
     defaults = {name: str(spec.get("default", "")) for name, spec in action["inputs"].items()}
     env = action["runs"]["steps"][0]["env"]
     out = {}

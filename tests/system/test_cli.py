@@ -3,6 +3,8 @@ SQLite file, the server talked to over HTTP."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
@@ -106,6 +108,22 @@ def test_cli_errors_are_one_line_on_stderr(cli_env: dict[str, str], args: list[s
     assert needle in last and "Traceback" not in result.stderr
 
 
+def test_a_slug_or_a_principal_name_with_a_trailing_line_break_is_refused(cli_env: dict[str, str]) -> None:
+    """`acme2\n` would be a second project that prints like `acme2`: a slug
+    and a principal name match whole, with no trailing line break."""
+    relayroom("project", "create", "acme2", env=cli_env)
+    for args, needle in (
+        (["project", "create", "acme2\n"], "slug"),
+        (["project", "create", "beta\n"], "slug"),
+        (["token", "create", "--project", "acme2", "--level", "owner", "--name", "olivia\n"], "principal name"),
+    ):
+        result = relayroom(*args, env=cli_env, check=False)
+        assert result.returncode == 1, args
+        assert needle in result.stderr.strip().splitlines()[-1] and "line break" in result.stderr
+    listed = json.loads(relayroom("project", "list", "--json", env=cli_env).stdout)
+    assert [p["slug"] for p in listed] == ["acme2"]
+
+
 def test_project_create_twice_fails(cli_env: dict[str, str]) -> None:
     relayroom("project", "create", "acme", env=cli_env)
     result = relayroom("project", "create", "acme", env=cli_env, check=False)
@@ -158,7 +176,8 @@ def test_quickstart_creates_demo_and_serves(tmp_path: Path) -> None:
             lines.append(line)
         owner = next(line.split()[-1] for line in lines if "owner token" in line)
         agent = next(line.split()[-1] for line in lines if "agent token" in line)
-        assert (tmp_path / "relayroom.db").exists() and (tmp_path / "checkmaps" / "demo.yaml").exists()
+        home = tmp_path / ".relayroom"  # quickstart's own folder, which git ignores
+        assert (home / "relayroom.db").exists() and (home / "checkmaps" / "demo.yaml").exists()
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc, time.monotonic() + 20)
         r = httpx.post(f"{url}/v1/projects/demo/entries", json={"kind": "fact", "statement": "Quickstart works."},
@@ -191,3 +210,43 @@ def test_version_is_printed_and_exits_0() -> None:
 
     result = subprocess.run([sys.executable, "-m", "gateway", "--version"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == f"relayroom {__version__}"
+
+
+def test_a_bare_relayroom_says_where_to_start_and_lists_the_commands(cli_env: dict[str, str]) -> None:
+    bare = relayroom(env=cli_env)
+    assert bare.returncode == 0 and bare.stderr == ""
+    assert "Start with `relayroom quickstart`" in bare.stdout
+    for command in ("serve", "quickstart", "project", "token", "checkmap", "recall", "learn", "mcp"):
+        assert f"\n    {command} " in bare.stdout, command
+    group = relayroom("token", env=cli_env)  # a command of several actions, given alone
+    assert group.returncode == 0 and all(f"\n    {a} " in group.stdout for a in ("create", "list", "revoke"))
+
+
+@pytest.mark.parametrize("command", ["serve", "quickstart", "mcp"])
+def test_help_gives_every_flag_a_description_and_its_default(command: str) -> None:
+    from gateway.cli.main import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    flags = [a for a in sub._actions if a.option_strings and a.dest != "help"]
+    assert flags
+    for flag in flags:
+        assert flag.help and "default" in flag.help, f"{command} {flag.option_strings[0]} says no default"
+
+
+def test_database_url_works_before_or_after_the_command(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    env = {k: v for k, v in cli_env.items() if k != "RELAYROOM_DATABASE_URL"}
+    url = f"sqlite:///{tmp_path / 'flag.db'}"
+    relayroom("project", "create", "acme", "--database-url", url, env=env)
+    before = relayroom("--database-url", url, "project", "list", env=env)
+    after = relayroom("token", "list", "--database-url", url, env=env, check=False)
+    assert "acme" in before.stdout and after.returncode == 0 and "no tokens in any project" in after.stderr
+
+
+def test_checkmap_check_never_creates_a_missing_store(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    missing = tmp_path / "typo.db"
+    (tmp_path / "maps").mkdir()
+    result = relayroom("checkmap", "check", str(tmp_path / "maps"), "--database-url", f"sqlite:///{missing}",
+                       env=cli_env, check=False)
+    assert result.returncode == 1 and not missing.exists()
+    assert result.stderr.strip().splitlines()[-1].startswith(f"relayroom: no SQLite store at {missing}")

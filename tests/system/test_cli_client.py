@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+import httpx
 import pytest
 
 from gateway.cli.main import main
@@ -145,3 +146,55 @@ def test_owner_confirms_and_refutes_through_the_client(
     as_agent(acme_live.reader, "acme")
     code, out, _ = run(capsys, "recall", "staging database reset", "--json")
     assert json.loads(out)["entries"] == []
+
+
+@pytest.mark.parametrize("placeholder", ["${RELAYROOM_TOKEN}", "$RELAYROOM_TOKEN", "%RELAYROOM_TOKEN%"])
+def test_an_unexpanded_token_is_named_a_placeholder_by_the_cli_and_the_gateway(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str], placeholder: str
+) -> None:
+    as_agent(placeholder)
+    code, out, err = run(capsys, "recall", "x")
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"RELAYROOM_TOKEN is {placeholder}, which looks like a placeholder that was not expanded" in err
+    # An HTTP client, or an MCP client whose configuration kept the placeholder.
+    headers = {"Authorization": f"Bearer {placeholder}", "Accept": "application/json, text/event-stream"}
+    for answer in (httpx.get(f"{live_server.url}/v1/whoami", headers=headers),
+                   httpx.post(f"{live_server.url}/mcp", headers=headers, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})):
+        assert answer.status_code == 401
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_token" and "looks like a placeholder that was not expanded" in error["message"]
+        assert placeholder in error["message"]
+    assert "looks like a placeholder that was not expanded" in answer.headers["www-authenticate"]  # the MCP 401's challenge
+
+
+def test_the_mcp_endpoint_is_taken_as_the_gateway_it_belongs_to(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    as_agent(acme_live.writer)
+    monkeypatch.setenv("RELAYROOM_URL", f"{live_server.url}/mcp/")
+    code, out, err = run(capsys, "learn", "-q", "fact", "The MCP URL names the same gateway.")
+    assert code == 0 and out.startswith("kn_"), err
+
+
+def test_entries_lists_what_the_token_may_see(
+    live_server: LiveServer, acme_live: ProjectTokens, as_agent: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_agent(acme_live.writer)
+    waiting = run(capsys, "learn", "-q", "pitfall", "The pooler cannot do\nprepared statements.")[1].strip()
+    trusted = run(capsys, "learn", "-q", "convention", "Migrations are named YYYYMMDD_description.sql.")[1].strip()
+    confirm(live_server, trusted)
+
+    as_agent(acme_live.owner)
+    code, out, err = run(capsys, "entries", "--state", "candidate")
+    rows = [line.split(None, 3) for line in out.splitlines()]
+    assert code == 0 and rows == [["ID", "STATE", "KIND", "STATEMENT"],
+                                  [waiting, "candidate", "pitfall", "The pooler cannot do prepared statements."]], err
+    code, out, _ = run(capsys, "entries", "--json")
+    assert [e["id"] for e in json.loads(out)] == [trusted, waiting]
+
+    as_agent(acme_live.reader)  # a reader sees trusted entries only, and no other principal's candidate
+    code, out, _ = run(capsys, "entries")
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [trusted]
+    code, out, err = run(capsys, "entries", "--state", "contradicted")
+    assert code == 0 and out == "" and err.strip() == "no contradicted entries this token may see"

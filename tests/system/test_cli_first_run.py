@@ -151,7 +151,7 @@ def test_quickstart_prints_a_first_session_that_reaches_a_trusted_recall(tmp_pat
     text = "\n".join(printed)
     assert "already has projects" in printed[0] and "rr_" not in text
     assert "cannot be shown again" in text and "token create --project demo --level write" in text
-    listed = relayroom("token", "list", "--project", "demo", cwd=tmp_path)
+    listed = relayroom("token", "list", "--project", "demo", "--database-url", "sqlite:///.relayroom/relayroom.db", cwd=tmp_path)
     assert listed.returncode == 0 and "demo-owner" in listed.stdout and "demo-agent" in listed.stdout
 
 

@@ -99,3 +99,10 @@ def test_the_built_wheel_installs_in_a_fresh_venv_and_serves_the_dashboard(tmp_p
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+    # The CI steps ship in the wheel: `ci init` writes them from the installed package.
+    for provider, written in (("github", ".github/actions/relayroom-attest/action.yml"),
+                              ("gitlab", ".gitlab/relayroom-attest.gitlab-ci.yml")):
+        done = subprocess.run([str(fresh / "bin" / "relayroom"), "ci", "init", provider], cwd=home, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert "relayroom-attest" in (home / written).read_text()

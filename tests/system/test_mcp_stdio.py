@@ -128,3 +128,9 @@ async def test_a_gateway_that_goes_away_is_a_readable_error_not_a_dead_bridge(
             assert not (await client.call_tool("recall", {"query": "anything"})).is_error
     finally:
         proxy.__exit__(None, None, None)
+
+
+@SQLITE
+async def test_a_url_ending_in_mcp_names_the_same_gateway(live_server: LiveServer, acme_live: ProjectTokens) -> None:
+    async with stdio(f"{live_server.url}/mcp", acme_live.reader) as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} >= {"recall", "learn"}

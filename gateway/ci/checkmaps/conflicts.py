@@ -6,17 +6,21 @@ A file claims things that only one file may hold:
 - each secret variable its bindings name (`secret_env`, `webhook_secret_env`):
   one sender is one voice, so two bindings reading one secret would let one
   sender count as two issuers;
-- the issuers its `provider: oidc` bindings bind by `sub`, which may not be
-  the issuer (compared by host) of a provider with immutable ids that any
-  file binds by id (`github-actions`, `gitlab`): such an issuer is bound by
-  its ids, never by a name-based subject.
+- each repository its bindings let speak (a GitHub host and repository id,
+  a GitLab issuer and project id, an OIDC issuer and subject): one
+  repository's CI speaks for one project, unless every binding of it in
+  either file names the other project under `shared_with`, both ways;
+- the issuers its bindings bind by `sub` (`provider: oidc`), which may not
+  be the issuer (compared by host) of a provider with immutable ids that any
+  file binds by id: such an issuer is bound by its ids, never by a
+  name-based subject.
 
-The rule that settles a collision of projects or secret variables: **the
-file in force stays in force, the newcomer is the error.**  The third is not
-a collision between equals: a file binding by `sub` an issuer that another
-file shows to have immutable ids is the error wherever it stands, in force
-or new (taking it out of force removes a voice, it never adds one).  A newcomer that sorts
-first by name, or arrives while the gateway runs, never displaces a reviewed
+The rule that settles a collision of projects, secret variables or
+repositories: **the file in force stays in force, the newcomer is the
+error.**  The last is not a collision between equals: a file binding by
+`sub` an issuer that another file shows to have immutable ids is the error
+wherever it stands, in force or new (taking it out of force removes a
+voice, it never adds one).  A newcomer that sorts first by name, or arrives while the gateway runs, never displaces a reviewed
 map.  When two files that are both newcomers collide (at start nothing is in
 force yet), neither is loaded and both are reported: nothing decides for one
 of them but a person.
@@ -30,14 +34,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gateway.ci.checkmaps.model import CheckMap, Problem, issuer_system
+from gateway.ci.checkmaps.model import CheckMap, Problem
+from gateway.ci.providers import PROVIDERS
+from gateway.ci.providers.issuers import issuer_system
 
 # Kinds of claim.  Two claims of one value collide when their kinds are in
-# COLLIDE: a project or a secret variable is exclusive.  An issuer host bound
-# by id may be shared by many files (several projects on GitHub); binding it
-# by subject anywhere bars the subject binding (`_barred`).
-PROJECT, SECRET, BY_ID, BY_SUBJECT = "project", "secret variable", "issuer bound by id", "issuer bound by sub"
-COLLIDE = {(PROJECT, PROJECT), (SECRET, SECRET)}
+# COLLIDE: a project or a secret variable is exclusive, and a repository is
+# unless both claims consent (`_collide`).  An issuer host bound by id may be
+# shared by many files (several projects on GitHub); binding it by subject
+# anywhere bars the subject binding (`_barred`).
+PROJECT, SECRET, REPOSITORY = "project", "secret variable", "repository"
+BY_ID, BY_SUBJECT = "issuer bound by id", "issuer bound by sub"
+COLLIDE = {(PROJECT, PROJECT), (SECRET, SECRET), (REPOSITORY, REPOSITORY)}
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,18 @@ class Claim:
     kind: str
     value: str
     line: int
+    project: str = ""
+    shared_with: tuple[str, ...] = ()  # a repository claim: the projects it consents to share with
+
+
+def _collide(mine: Claim, theirs: Claim) -> bool:
+    if (mine.kind, theirs.kind) not in COLLIDE:
+        return False
+    if mine.kind == REPOSITORY:
+        # Two files of one project already collide as a project.
+        consent = theirs.project in mine.shared_with and mine.project in theirs.shared_with
+        return mine.project != theirs.project and not consent
+    return True
 
 
 @dataclass(frozen=True)
@@ -56,29 +76,31 @@ class Decision:
 def claims(checkmap: CheckMap) -> list[Claim]:
     out = [Claim(PROJECT, checkmap.project, checkmap.project_line)]
     for binding in checkmap.bindings:
-        for name in (binding.secret_env, binding.webhook_secret_env):
-            if name:
-                out.append(Claim(SECRET, name, binding.line))
-        if binding.issuer and binding.provider in ("github-actions", "gitlab"):
+        for name in binding.secret_names():
+            out.append(Claim(SECRET, name, binding.line))
+        repository = binding.repository_key()
+        if repository is not None:
+            out.append(Claim(REPOSITORY, repository, binding.line, checkmap.project, binding.shared_with))
+        if binding.issuer and binding.BINDS_BY == "ids":
             out.append(Claim(BY_ID, issuer_system(binding.issuer), binding.line))
-        elif binding.issuer and binding.provider == "oidc":
+        elif binding.issuer and binding.BINDS_BY == "subject":
             out.append(Claim(BY_SUBJECT, issuer_system(binding.issuer), binding.line))
     return out
 
 
 Held = dict[str, dict[str, list[Claim]]]  # claimed value -> file -> its claims of that value
+Hit = tuple[Claim, str, Claim, int]  # my claim, the first other file holding against it, its claim, how many more
 
 
-def _collisions(mine: list[Claim], held: Held, me: str) -> list[tuple[Claim, str, int]]:
-    """(my claim, the first other file holding against it, how many more do)
-    for each of my claims that collides: bounded by my claims, however many
-    files collide."""
+def _collisions(mine: list[Claim], held: Held, me: str) -> list[Hit]:
+    """One hit for each of my claims that collides: bounded by my claims,
+    however many files collide."""
     found = []
     for claim in mine:
-        others = sorted(f for f, theirs in held.get(claim.value, {}).items()
-                        if f != me and any((claim.kind, c.kind) in COLLIDE for c in theirs))
-        if others:
-            found.append((claim, others[0], len(others) - 1))
+        hits = [(f, theirs) for f, claims_of_f in sorted(held.get(claim.value, {}).items()) if f != me
+                for theirs in claims_of_f if _collide(claim, theirs)]
+        if hits:
+            found.append((claim, hits[0][0], hits[0][1], len({f for f, _ in hits}) - 1))
     return found
 
 
@@ -92,9 +114,14 @@ def _hold(held: Held, name: str, checkmap: CheckMap | None) -> None:
             held.setdefault(claim.value, {}).setdefault(name, []).append(claim)
 
 
-def _problem(name: str, claim: Claim, other: str, more: int, *, other_in_force: bool) -> Problem:
+def _problem(name: str, hit: Hit, *, other_in_force: bool) -> Problem:
+    claim, other, theirs, more = hit
     if claim.kind == PROJECT:
         what = f"project {claim.value} is already mapped by {other}; one file per project"
+    elif claim.kind == REPOSITORY:
+        what = (f"{claim.value} is already bound by project {theirs.project} in {other}; one repository's CI "
+                f"speaks for one project unless both maps consent: shared_with: [{theirs.project}] on this "
+                f"binding and shared_with: [{claim.project}] on every binding of it there")
     else:
         what = (f"the secret variable {claim.value} is already named by a binding in {other}; one secret is one "
                 "sender, and one sender is one voice: give each binding its own variable")
@@ -109,8 +136,9 @@ def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, str]) -> list
     """Problems of a map that binds by sub an issuer host another file binds by id."""
     if checkmap is None:
         return []
+    id_providers = " or ".join(cls.NAME for cls in PROVIDERS.values() if cls.BINDS_BY == "ids")
     return [Problem(name, c.line, f"not loaded: {c.value} is bound by its immutable ids in {by_id[c.value]}; a "
-                    "provider: oidc binding may not bind it by sub: use a github-actions or gitlab binding")
+                    f"binding may not bind it by sub: use a {id_providers} binding")
             for c in claims(checkmap) if c.kind == BY_SUBJECT and c.value in by_id and by_id[c.value] != name]
 
 
@@ -140,17 +168,28 @@ def _resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[
     decisions: dict[str, Decision] = {}
     # Files in force first: an edit of one of them is judged against the
     # others in force; an edit that collides keeps the version in force.
+    # Until no edit is taken: one edit may end the collision of another (a
+    # map dropping a repository another map's edit binds).
+    edits = []
     for name in sorted(n for n in files if files[n][0] is not None):
         in_force, wanted = files[name]
-        if wanted is None or wanted.sha256 == in_force.sha256:  # type: ignore[union-attr]
-            decisions[name] = Decision(in_force)
-            continue
-        hits = _collisions(claims(wanted), held, name)
-        if hits:
-            decisions[name] = Decision(in_force, tuple(_problem(name, c, o, m, other_in_force=True) for c, o, m in hits))
-            continue
-        _hold(held, name, wanted)
-        decisions[name] = Decision(wanted)
+        decisions[name] = Decision(in_force)
+        if wanted is not None and wanted.sha256 != in_force.sha256:  # type: ignore[union-attr]
+            edits.append(name)
+    taken = True
+    while taken:
+        taken = False
+        for name in list(edits):
+            in_force, wanted = files[name]
+            assert wanted is not None
+            hits = _collisions(claims(wanted), held, name)
+            if hits:
+                decisions[name] = Decision(in_force, tuple(_problem(name, hit, other_in_force=True) for hit in hits))
+                continue
+            _hold(held, name, wanted)
+            decisions[name] = Decision(wanted)
+            edits.remove(name)
+            taken = True
     # Newcomers: refused when they collide with a file in force, or with
     # another newcomer (then both are refused).
     newcomers = sorted(n for n in files if files[n][0] is None)
@@ -162,7 +201,7 @@ def _resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[
             continue
         hits = _collisions(claims(wanted), held, name)
         if hits:
-            decisions[name] = Decision(None, tuple(_problem(name, c, o, m, other_in_force=True) for c, o, m in hits))
+            decisions[name] = Decision(None, tuple(_problem(name, hit, other_in_force=True) for hit in hits))
         else:
             pending[name] = wanted
     among: Held = {}
@@ -171,7 +210,7 @@ def _resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[
     for name, wanted in pending.items():
         hits = _collisions(claims(wanted), among, name)
         if hits:
-            decisions[name] = Decision(None, tuple(_problem(name, c, o, m, other_in_force=False) for c, o, m in hits))
+            decisions[name] = Decision(None, tuple(_problem(name, hit, other_in_force=False) for hit in hits))
         else:
             decisions[name] = Decision(wanted)
     return decisions

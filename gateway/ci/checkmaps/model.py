@@ -1,95 +1,17 @@
 """What a check map says, once parsed and validated: plain frozen records.
 
-A check map file names one project, the CI systems (issuer bindings) whose
-runs may speak for it, and the checks whose success supports entries.  The
-records below are what the rest of the gateway reads; the YAML never leaves
+A check map file names one project, the CI systems (issuer bindings, each
+an instance of its provider's class: `gateway.ci.providers`) whose runs may
+speak for it, and the checks whose success supports entries.  The records
+below are what the rest of the gateway reads; the YAML never leaves
 `gateway.ci.checkmaps`.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
-GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
-GITLAB_ISSUER = "https://gitlab.com"
-GITHUB_HOST = "github.com"
-
-# GitHub events whose runs build the code of the ref they name: they vote
-# without allow_events (docs/ci-attestations.md, which runs vote).
-GITHUB_VOTING_EVENTS = ("push", "schedule", "workflow_dispatch")
-
-OIDC_PROVIDERS = ("github-actions", "gitlab", "oidc")
-PROVIDERS = OIDC_PROVIDERS + ("webhook",)
-
-
-@functools.lru_cache(maxsize=256)
-def issuer_host(issuer_url: str) -> str:
-    """`host[:port]` of an issuer URL: the CI system's name in an issuer identity."""
-    parts = urlsplit(issuer_url)
-    host = (parts.hostname or "").lower()
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    return f"{host}:{parts.port}" if parts.port else host
-
-
-def issuer_system(issuer_url: str) -> str:
-    """The host an issuer URL names, the default https port dropped: the CI
-    system it is, however the URL is spelled (for the immutable-id rule)."""
-    host = issuer_host(issuer_url)
-    return host[:-4] if host.endswith(":443") and issuer_url.lower().startswith("https:") else host
-
-
-@dataclass(frozen=True)
-class Binding:
-    """One `issuers:` item: a CI system, pinned to immutable ids, that may vote for a project."""
-
-    project: str
-    provider: str
-    file: str
-    line: int
-    issuer: str | None = None  # the exact `iss` of OIDC tokens; None for webhook sources
-    # github-actions
-    repository: str | None = None  # a label for people; the binding is repository_id
-    repository_id: str | None = None
-    repository_owner_id: str | None = None
-    webhook_secret_env: str | None = None
-    github_app: bool = False  # takes deliveries signed with the hub-wide GitHub App secret
-    # gitlab
-    project_id: str | None = None
-    namespace_id: str | None = None
-    # generic oidc
-    subject: str | None = None
-    # every CI binding
-    refs: tuple[str, ...] | None = None
-    workflows: tuple[str, ...] | None = None
-    allow_events: tuple[str, ...] = ()
-    # webhook sources
-    source: str | None = None
-    secret_env: str | None = None
-
-    @property
-    def identity(self) -> str:
-        """The issuer identity of docs/ci-attestations.md, issuer identity: derived from the verified
-        issuer (or webhook source), never from the provider label."""
-        if self.provider == "webhook":
-            return f"webhook:{self.source}:{self.project}"
-        assert self.issuer is not None
-        return f"oidc:{issuer_host(self.issuer)}:{self.project}"
-
-    def where(self) -> str:
-        return f"{self.file}:{self.line}"
-
-    @property
-    def github_host(self) -> str | None:
-        """The GitHub host whose repository ids this binding names: github.com
-        for GitHub's issuer, the issuer's host[:port] for GitHub Enterprise
-        Server.  Repository ids are numbered per host, so an id means nothing
-        without it."""
-        if self.provider != "github-actions" or self.issuer is None:
-            return None
-        return GITHUB_HOST if self.issuer == GITHUB_ISSUER else issuer_host(self.issuer)
+from gateway.ci.providers.base import Binding
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,12 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable, TypeVar
 
-from gateway.ci.checkmaps.model import OIDC_PROVIDERS, Binding, CheckMap, CheckRule, Problem
+from gateway.ci.checkmaps.model import CheckMap, CheckRule, Problem
 from gateway.ci.checkmaps.conflicts import resolve
 from gateway.ci.checkmaps.validate import allow_event_notes, validate_text
+from gateway.ci.providers.base import Binding
 from gateway.core.clock import Clock, to_rfc3339
 
 log = logging.getLogger("relayroom.checkmaps")
@@ -62,40 +63,49 @@ class _FileState:
         return "; ".join(str(p) for p in self.problems + self.conflicts) or None
 
 
+B = TypeVar("B", bound=Binding)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """Indexes over the maps in force, swapped whole on each reload."""
 
     maps: dict[str, CheckMap] = field(default_factory=dict)
-    oidc: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
-    # (GitHub host, repository id): ids are numbered per host, so a github.com
-    # id never finds a GitHub Enterprise Server binding, nor the reverse.
-    github_repositories: dict[tuple[str, str], tuple[Binding, ...]] = field(default_factory=dict)
-    webhook_sources: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
+    oidc: dict[str, tuple[Binding, ...]] = field(default_factory=dict)  # by the exact `iss` of their tokens
+    # by the keys a door finds a binding by (`Binding.lookup_keys`): a GitHub
+    # host and repository id, a webhook source
+    lookup: dict[Hashable, tuple[Binding, ...]] = field(default_factory=dict)
+    by_provider: dict[str, tuple[Binding, ...]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, maps: list[CheckMap]) -> "Snapshot":
         oidc: dict[str, list[Binding]] = {}
-        repos: dict[tuple[str, str], list[Binding]] = {}
-        sources: dict[str, list[Binding]] = {}
+        lookup: dict[Hashable, list[Binding]] = {}
+        by_provider: dict[str, list[Binding]] = {}
         for checkmap in maps:
             for binding in checkmap.bindings:
-                if binding.provider in OIDC_PROVIDERS and binding.issuer:
+                if binding.OIDC and binding.issuer:
                     oidc.setdefault(binding.issuer, []).append(binding)
-                if binding.provider == "github-actions" and binding.repository_id and binding.github_host:
-                    repos.setdefault((binding.github_host, binding.repository_id), []).append(binding)
-                if binding.provider == "webhook" and binding.source:
-                    sources.setdefault(binding.source, []).append(binding)
+                for key in binding.lookup_keys():
+                    lookup.setdefault(key, []).append(binding)
+                by_provider.setdefault(binding.NAME, []).append(binding)
         return cls(
             maps={m.project: m for m in maps},
             oidc={k: tuple(v) for k, v in oidc.items()},
-            github_repositories={k: tuple(v) for k, v in repos.items()},
-            webhook_sources={k: tuple(v) for k, v in sources.items()},
+            lookup={k: tuple(v) for k, v in lookup.items()},
+            by_provider={k: tuple(v) for k, v in by_provider.items()},
         )
 
     def rule(self, project: str, check: str) -> CheckRule | None:
         checkmap = self.maps.get(project)
         return checkmap.checks.get(check) if checkmap is not None else None
+
+    def bound(self, key: Hashable, provider: type[B]) -> list[B]:
+        """The bindings of `provider` a door finds by `key`."""
+        return [b for b in self.lookup.get(key, ()) if isinstance(b, provider)]
+
+    def bindings_of(self, provider: type[B]) -> list[B]:
+        return [b for b in self.by_provider.get(provider.NAME, ()) if isinstance(b, provider)]
 
 
 @dataclass

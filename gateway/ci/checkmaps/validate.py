@@ -13,56 +13,26 @@ line, like any other, so the file is not loaded.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
-import ipaddress
 import re
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Iterable
 
-from gateway.ci.checkmaps.model import (
-    GITHUB_ISSUER,
-    GITHUB_VOTING_EVENTS,
-    GITLAB_ISSUER,
-    PROVIDERS,
-    Binding,
-    CheckMap,
-    CheckRule,
-    Problem,
-    issuer_system,
-)
+from gateway.ci.checkmaps.model import CheckMap, CheckRule, Problem
 from gateway.ci.checkmaps.yaml_lines import Locator, Path, load
+from gateway.ci.providers import PROVIDERS, Binding, id_issuers
+from gateway.ci.providers.fields import Fields, strings
+from gateway.core.ids import BODY as ID_BODY
+from gateway.ci.providers.issuers import issuer_system
 from gateway.knowledge.settings import SLUG
 
 
 MAX_FILE_BYTES = 256 * 1024
 LINE_BREAKS_IN_DISPUTE = frozenset("\u0085\u2028\u2029")
-# The shapes below are, character for character, the `pattern`s of
-# checkmap.schema.json (a test holds them equal), and are matched whole
-# (`fullmatch`): what an editor's schema check accepts, the gateway accepts.
-# No `\s` or `\S`: Python and JavaScript disagree on which characters those
-# are, so "visible" is spelled out: no control character, no kind of space.
-_INVISIBLE = r"\u0000-\u0020\u007f-\u00a0\u1680\u2000-\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
-_VISIBLE = f"[^{_INVISIBLE}]"
-_SEGMENT = f"[^/@{_INVISIBLE}]"
-_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
-_PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"  # 1 to 65535
-SOURCE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-NUMERIC_ID = re.compile(r"^[0-9]{1,20}$")
-NO_SPACE = re.compile(f"^{_VISIBLE}{{1,512}}$")
-VISIBLE = re.compile(_VISIBLE)  # searched: a subject holds at least one visible character
-CHECK_NAME = re.compile(r"^[^\u0000-\u001f\u007f-\u009f]{1,200}$")  # and printable, which a schema cannot say
-GITHUB_WORKFLOW = re.compile(
-    rf"^(?:{_SEGMENT}+/{_SEGMENT}+/)?\.github/workflows/{_SEGMENT}+\.ya?ml(?:@{_VISIBLE}+)?$")
-# The exact `iss`: https, or http to a loopback address (a test issuer); a
-# host, a port, a path with no trailing slash; no user, query or fragment.
-ISSUER_URL = re.compile(
-    r"^(?:https://(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])"
-    rf"|http://(?:127\.{_OCTET}\.{_OCTET}\.{_OCTET}|localhost|\[::1\]))(?::{_PORT})?"
-    rf"(?:/[^?#{_INVISIBLE}]*[^/?#{_INVISIBLE}])?$")
-MAX_ISSUER = 512
-MAX_LABEL = 512
-MAX_SUBJECT = 1024
+# As checkmap.schema.json's patterns (a test holds them equal); a check name
+# is also printable, which a schema cannot say.
+CHECK_NAME = re.compile(r"^[^\u0000-\u001f\u007f-\u009f]{1,200}$")
+ENTRY_ID = re.compile(f"^kn_{ID_BODY}$")
 MAX_CHECK_NAME = 200
 # Caps inside one file, far above what a project needs: each past-the-cap
 # item is a FILE:LINE problem, so the file fails and its last good version stays.
@@ -72,18 +42,6 @@ MAX_SUPPORTS = 100  # entry ids one check supports
 
 TOP_KEYS = {"project", "issuers", "checks", "description"}
 CHECK_KEYS = {"supports", "workflows", "description"}
-BINDING_KEYS = {
-    "github-actions": {
-        "provider", "description", "issuer", "repository", "repository_id", "repository_owner_id",
-        "refs", "workflows", "webhook_secret_env", "github_app", "allow_events",
-    },
-    "gitlab": {
-        "provider", "description", "issuer", "project_id", "project_path", "namespace_id",
-        "refs", "workflows", "allow_events",
-    },
-    "oidc": {"provider", "description", "issuer", "subject", "refs"},
-    "webhook": {"provider", "description", "source", "secret_env"},
-}
 SECRET_KEYS = {"secret", "webhook_secret", "password", "token", "client_secret"}
 
 
@@ -95,6 +53,9 @@ class _Collector:
 
     def add(self, path: Path, message: str) -> None:
         self.problems.append(Problem(self.file, self.locator.line(path), message))
+
+    def written(self, path: Path) -> str | None:
+        return self.locator.written(path)
 
 
 def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[Problem]]:
@@ -123,7 +84,8 @@ def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[P
         return None, sorted(out.problems, key=lambda p: p.line)
     for key in data:
         if key not in TOP_KEYS:
-            out.add((key,), f"unknown key {key!s}; a check map has {', '.join(sorted(TOP_KEYS))}")
+            out.add((key,), unknown_key(key, TOP_KEYS - set(data), f"unknown key {key!s}; a check map has "
+                                        f"{', '.join(sorted(TOP_KEYS))}"))
     _description(data, (), out)
     project = data.get("project")
     if not isinstance(project, str) or not SLUG.fullmatch(project):
@@ -174,60 +136,39 @@ def _bindings(data: dict[str, Any], project: str, out: _Collector) -> list[Bindi
 
 
 def _binding(item: Any, path: Path, project: str, out: _Collector) -> Binding | None:
+    """One `issuers:` item, read by its provider's class (`gateway.ci.providers`)."""
     if not isinstance(item, dict):
         out.add(path, "each issuer is a mapping starting with provider:")
         return None
-    provider = item.get("provider")
-    if provider not in PROVIDERS:
+    name = item.get("provider")
+    provider = PROVIDERS.get(name) if isinstance(name, str) else None
+    if provider is None:
         out.add(path + ("provider",), f"provider must be one of {', '.join(PROVIDERS)}")
         return None
     before = len(out.problems)
     for key in item:
-        if key not in BINDING_KEYS[provider] and str(key).lower() not in SECRET_KEYS:
-            out.add(path + (key,), f"unknown key {key!s} for provider {provider}; allowed: "
-                    f"{', '.join(sorted(BINDING_KEYS[provider]))}")
+        if key not in provider.keys() and str(key).lower() not in SECRET_KEYS:
+            out.add(path + (key,), unknown_key(key, provider.keys() - set(item), f"unknown key {key!s} for provider {provider.NAME}; "
+                                               f"allowed: {', '.join(sorted(provider.keys()))}"))
     _description(item, path, out)
-    line = out.locator.line(path)
-    fields: dict[str, Any] = {"project": project, "provider": provider, "file": out.file, "line": line}
-    if provider == "webhook":
-        source = item.get("source")
-        if not isinstance(source, str) or not SOURCE.fullmatch(source):
-            out.add(path + ("source",), "source must be a name such as nightly-canary (^[a-z0-9][a-z0-9._-]{0,62}$)")
-        elif source == "github":
-            out.add(path + ("source",), "source github is taken by /v1/webhooks/github; pick another name")
-        fields["source"] = source
-        fields["secret_env"] = _env_name(item, "secret_env", path, out, required=True)
-    else:
-        fields["issuer"] = _issuer(item, provider, path, out)
-        fields["refs"] = _refs(item, provider, path, out)
-        if provider == "github-actions":
-            fields["repository"] = _label(item, "repository", path, out)
-            fields["repository_id"] = _numeric_id(item, "repository_id", path, out, required=True)
-            fields["repository_owner_id"] = _numeric_id(item, "repository_owner_id", path, out, required=False)
-            fields["webhook_secret_env"] = _env_name(item, "webhook_secret_env", path, out, required=False)
-            fields["github_app"] = _flag(item, "github_app", path, out)
-            fields["workflows"] = _workflows(item, path, out, github=True)
-        elif provider == "gitlab":
-            fields["repository"] = _label(item, "project_path", path, out)
-            fields["project_id"] = _numeric_id(item, "project_id", path, out, required=True)
-            fields["namespace_id"] = _numeric_id(item, "namespace_id", path, out, required=False)
-            fields["workflows"] = _workflows(item, path, out, github=False)
-        else:
-            subject = item.get("subject")
-            if not isinstance(subject, str) or not VISIBLE.search(subject) or len(subject) > MAX_SUBJECT:
-                out.add(path + ("subject",), "subject is required: the exact `sub` claim this issuer puts in the "
-                        "tokens of the runs that may vote")
-            fields["subject"] = subject
-        fields["allow_events"] = _allow_events(item, provider, path, out)
+    fields = Fields(item, path, out, project)
+    common: dict[str, Any] = {"project": project, "file": out.file, "line": out.locator.line(path)}
+    if provider.OIDC:
+        common["issuer"] = fields.issuer(provider.DEFAULT_ISSUER)
+    if "refs" in provider.KEYS:
+        common["refs"] = fields.refs(provider)
+    if "workflows" in provider.KEYS:
+        common["workflows"] = fields.workflows(provider)
+    if "allow_events" in provider.KEYS:
+        # Any event name: each one lifts the refusal of that event for this binding, so a reviewer reads
+        # exactly which events were let in.
+        common["allow_events"] = fields.strings("allow_events") or ()
+    if "shared_with" in provider.KEYS:
+        common["shared_with"] = fields.shared_with()
+    own = provider.read(fields)
     if len(out.problems) > before:
         return None
-    return Binding(**fields)
-
-
-# Issuers whose tokens carry immutable ids: bound by those ids, never by `sub`.
-# Compared by host: GitHub's per-enterprise issuers (https://token.actions.
-# githubusercontent.com/SLUG) carry the same ids as the default one.
-ID_ISSUER_HOSTS = (issuer_system(GITHUB_ISSUER), issuer_system(GITLAB_ISSUER))
+    return provider(**common, **own)
 
 
 def _one_voice_each(bindings: list[Binding], out: _Collector) -> None:
@@ -235,197 +176,42 @@ def _one_voice_each(bindings: list[Binding], out: _Collector) -> None:
     per secret variable, and no issuer bound by sub that has immutable ids."""
     seen: dict[str, Binding] = {}
     for binding in bindings:
-        for name in (binding.secret_env, binding.webhook_secret_env):
-            if not name:
-                continue
+        for name in binding.secret_names():
             if name in seen:
                 out.problems.append(Problem(out.file, binding.line, f"the secret variable {name} is already named by "
                                             f"the binding at line {seen[name].line}; one secret is one sender, and one "
                                             "sender is one voice: give each binding its own variable"))
             else:
                 seen[name] = binding
-    by_id = {issuer_system(b.issuer) for b in bindings if b.provider in ("github-actions", "gitlab") and b.issuer}
+    # Compared by host: GitHub's per-enterprise issuers (https://token.actions.
+    # githubusercontent.com/SLUG) carry the same ids as the default one.
+    by_id = {issuer_system(i) for i in id_issuers()}
+    by_id |= {issuer_system(b.issuer) for b in bindings if b.BINDS_BY == "ids" and b.issuer}
     for binding in bindings:
-        host = issuer_system(binding.issuer) if binding.issuer else None
-        if binding.provider == "oidc" and host and (host in ID_ISSUER_HOSTS or host in by_id):
+        if binding.BINDS_BY == "subject" and binding.issuer and issuer_system(binding.issuer) in by_id:
+            id_providers = " or ".join(cls.NAME for cls in PROVIDERS.values() if cls.BINDS_BY == "ids")
             out.problems.append(Problem(out.file, binding.line, f"{binding.issuer} has immutable ids: bind it with "
-                                        "provider: github-actions or gitlab (by repository_id or project_id), never "
-                                        "by sub, which names can be made to match"))
+                                        f"provider: {id_providers}, never by sub, which names can be made to match"))
 
 
 def allow_event_notes(checkmap: CheckMap) -> list[Problem]:
     """One note per event a binding lets vote on purpose: the reviewer of
     the map should see each one (they are not problems: the map loads)."""
-    notes = []
-    for binding in checkmap.bindings:
-        for event in binding.allow_events:
-            if binding.provider == "github-actions" and event in GITHUB_VOTING_EVENTS:
-                text = f"allow_events names {event}, which votes anyway"
-            else:
-                text = (f"allow_events lifts {event}: runs of this event vote, and they may build code that is not "
-                        "on a listed ref")
-            notes.append(Problem(checkmap.file, binding.line, f"note: {text}", severity="note"))
-    return notes
+    return [Problem(checkmap.file, binding.line, f"note: {binding.allow_event_note(event)}", severity="note")
+            for binding in checkmap.bindings for event in binding.allow_events]
 
 
-def _issuer(item: dict[str, Any], provider: str, path: Path, out: _Collector) -> str | None:
-    if "issuer" not in item:
-        if provider == "github-actions":
-            return GITHUB_ISSUER
-        if provider == "gitlab":
-            return GITLAB_ISSUER
-        out.add(path, "issuer is required: the exact `iss` of this CI system's tokens, e.g. https://ci.example.com")
-        return None
-    value = item["issuer"]
-    problem = issuer_problem(value)
-    if problem:
-        out.add(path + ("issuer",), problem)
-        return None
-    return value
+def unknown_key(key: Any, allowed: Iterable[str], otherwise: str) -> str:
+    """The problem of a key no map may hold there: the likeliest meant key
+    (among those `allowed` and not written yet) when it looks like a
+    misspelling (`suports`), else `otherwise`."""
+    meant = _closest(key, allowed)
+    return f"unknown key {key!s}: did you mean `{meant}`?" if meant is not None else otherwise
 
 
-def issuer_problem(value: Any) -> str | None:
-    """None when `value` is an issuer a map may name (ISSUER_URL decides);
-    otherwise the likeliest reason it is not."""
-    if not isinstance(value, str) or len(value) > MAX_ISSUER:
-        return "issuer must be a URL such as https://gitlab.example.com"
-    if ISSUER_URL.fullmatch(value):
-        return None
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 (raises on a port that is not a number)
-    except ValueError:
-        return "issuer has a port that is not a number from 1 to 65535"
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        return "issuer must be an https:// URL, written exactly as the tokens carry it in iss"
-    if parts.username or parts.password or parts.query or parts.fragment:
-        return "issuer must not carry a user, a query or a fragment"
-    if value.endswith("/"):
-        return "issuer must not end with /: write it exactly as the tokens carry it in iss"
-    if parts.scheme == "http" and not is_loopback(parts.hostname):
-        return "issuer must be https:// (plain http is only for a loopback test issuer)"
-    return ("issuer must be https://HOST[:PORT][/PATH] (or http:// to 127.x.x.x, localhost or [::1]), "
-            "written exactly as the tokens carry it in iss")
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _refs(item: dict[str, Any], provider: str, path: Path, out: _Collector) -> tuple[str, ...] | None:
-    if "refs" not in item:
-        if provider == "oidc":
-            return None  # a generic issuer is bound by its exact subject, which carries what it scopes
-        out.add(path, "refs is required: list the refs whose runs may vote (e.g. [refs/heads/main]), or [\"*\"] for "
-                "any ref; without it anyone who can push a branch and run CI there could vote")
-        return None
-    refs = _string_list(item, "refs", path, out)
-    if refs is None:
-        return None
-    if "*" in refs and len(refs) > 1:
-        out.add(path + ("refs",), "\"*\" already allows every ref; write it alone")
-    for index, ref in enumerate(refs):
-        if ref == "*":
-            continue
-        if provider == "github-actions" and not ref.startswith("refs/"):
-            out.add(path + ("refs", index), f"{ref}: GitHub refs are full names such as refs/heads/{ref} or refs/tags/v1")
-        if provider == "gitlab" and ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
-            out.add(path + ("refs", index), f"{ref}: a GitLab ref is a branch name (main), refs/heads/NAME or refs/tags/NAME")
-    return refs
-
-
-def _workflows(item: dict[str, Any], path: Path, out: _Collector, *, github: bool) -> tuple[str, ...] | None:
-    if "workflows" not in item:
-        return None
-    workflows = _string_list(item, "workflows", path, out)
-    if workflows and github:
-        for index, workflow in enumerate(workflows):
-            if not GITHUB_WORKFLOW.fullmatch(workflow):
-                out.add(path + ("workflows", index), f"{workflow}: a GitHub workflow is .github/workflows/NAME.yml, or "
-                        "OWNER/REPO/.github/workflows/NAME.yml[@REF] for a reusable workflow of another repository")
-    return workflows
-
-
-def _allow_events(item: dict[str, Any], provider: str, path: Path, out: _Collector) -> tuple[str, ...]:
-    """Any event name: each one lifts the refusal of that event for this binding
-    (docs/ci-attestations.md, which runs vote), so a reviewer reads exactly which events were let in."""
-    if "allow_events" not in item:
-        return ()
-    return _string_list(item, "allow_events", path, out) or ()
-
-
-def _flag(item: dict[str, Any], key: str, path: Path, out: _Collector) -> bool:
-    """A YAML boolean only: `github_app: "yes"` or `1` is a typo to report,
-    not a quiet opt-in to the hub-wide secret."""
-    value = item.get(key, False)
-    if not isinstance(value, bool):
-        out.add(path + (key,), f"{key} must be true or false")
-        return False
-    return value
-
-
-def _string_list(item: dict[str, Any], key: str, path: Path, out: _Collector) -> tuple[str, ...] | None:
-    value = item.get(key)
-    if not isinstance(value, list) or not value:
-        out.add(path + (key,), f"{key} must be a non-empty list of strings")
-        return None
-    for index, element in enumerate(value):
-        if not isinstance(element, str) or not NO_SPACE.fullmatch(element):
-            out.add(path + (key, index), f"each item of {key} is a string without spaces")
-            return None
-    return tuple(dict.fromkeys(value))
-
-
-def _numeric_id(item: dict[str, Any], key: str, path: Path, out: _Collector, *, required: bool) -> str | None:
-    if key not in item:
-        if required:
-            out.add(path, f"{key} is required: bindings name immutable ids, because names can be renamed or re-registered")
-        return None
-    value = item[key]
-    if isinstance(value, int) and not isinstance(value, bool):
-        # Tokens carry ids as strings, and an unquoted number is open to how
-        # YAML reads it: 0123 is 83 to the gateway's YAML 1.1 reader and 123
-        # to an editor's YAML 1.2 one, and 1_000 is 1000 to one and text to the other.
-        out.add(path + (key,), f"{key} must be quoted, as the tokens carry it: {key}: \"{value}\" "
-                "(an unquoted number can be read as another number)")
-        return None
-    if not isinstance(value, str) or not NUMERIC_ID.fullmatch(value):
-        out.add(path + (key,), f"{key} must be the numeric id, quoted, e.g. \"123456\"")
-        return None
-    return value
-
-
-def _env_name(item: dict[str, Any], key: str, path: Path, out: _Collector, *, required: bool) -> str | None:
-    if key not in item:
-        if required:
-            out.add(path, f"{key} is required: the name of the environment variable holding the secret")
-        return None
-    value = item[key]
-    if not isinstance(value, str) or not ENV_NAME.fullmatch(value):
-        out.add(path + (key,), f"{key} must be an environment variable name such as ACME_CANARY_SECRET")
-        return None
-    if value.upper().startswith("RELAYROOM_"):
-        # RELAYROOM_GITHUB_WEBHOOK_SECRET named here would hand the hub-wide
-        # secret to a binding that never opted in with github_app: true.
-        out.add(path + (key,), f"{key}: {value} is one of the gateway's own settings; name a variable that holds this "
-                "binding's secret alone")
-        return None
-    return value
-
-
-def _label(item: dict[str, Any], key: str, path: Path, out: _Collector) -> str | None:
-    if key not in item:
-        return None
-    value = item[key]
-    if not isinstance(value, str) or len(value) > MAX_LABEL:
-        out.add(path + (key,), f"{key} is a name for people, a string of at most {MAX_LABEL} characters")
-        return None
-    return value
+def _closest(key: Any, allowed: Iterable[str]) -> str | None:
+    found = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def _description(item: dict[str, Any], path: Path, out: _Collector) -> None:
@@ -457,12 +243,17 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
             out.add(path, f"{name} must be a mapping with supports: [entry ids]")
             continue
         _description(spec, path, out)
+        misspelt = False
         for key in spec:
             if key not in CHECK_KEYS:
-                out.add(path + (key,), f"unknown key {key!s} in check {name}; allowed: {', '.join(sorted(CHECK_KEYS))}")
+                out.add(path + (key,), unknown_key(key, CHECK_KEYS - set(spec), f"unknown key {key!s} in check {name}; allowed: "
+                                                   f"{', '.join(sorted(CHECK_KEYS))}"))
+                misspelt = misspelt or _closest(key, CHECK_KEYS - set(spec)) == "supports"
         supports = spec.get("supports")
         if not isinstance(supports, list):
-            out.add(path + ("supports",) if "supports" in spec else path, f"{name}: supports must be a list of entry ids")
+            if "supports" in spec or not misspelt:  # a misspelt `supports` is reported once, above
+                out.add(path + ("supports",) if "supports" in spec else path,
+                        f"{name}: supports must be a list of entry ids")
             continue
         if len(supports) > MAX_SUPPORTS:
             out.add(path + ("supports", MAX_SUPPORTS), f"{name}: supports lists {len(supports)} entry ids; a check "
@@ -472,12 +263,12 @@ def _checks(data: dict[str, Any], out: _Collector) -> dict[str, CheckRule]:
         for index, entry_id in enumerate(supports):
             # Only the shape is checked here; whether the id is an entry of this
             # project is the store's to say (reported, never supported).
-            if not isinstance(entry_id, str) or not NO_SPACE.fullmatch(entry_id):
-                out.add(path + ("supports", index), f"{name}: {entry_id!s} is not an entry id")
+            if not isinstance(entry_id, str) or not ENTRY_ID.fullmatch(entry_id):
+                written = out.written(path + ("supports", index)) or str(entry_id)
+                out.add(path + ("supports", index), f"{name}: {written} is not an entry id (kn_ and 26 letters and "
+                        "digits, as the gateway shows them: kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ)")
             elif entry_id not in ids:
                 ids.append(entry_id)
-        workflows = None
-        if "workflows" in spec:
-            workflows = _string_list(spec, "workflows", path, out)
+        workflows = strings(spec, "workflows", path, out)
         rules[name] = CheckRule(name=name, supports=tuple(ids), workflows=workflows, line=out.locator.line(path))
     return rules

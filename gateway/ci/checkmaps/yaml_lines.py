@@ -28,13 +28,20 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class Locator:
-    """Maps a path in the loaded data (keys and list indexes) to its line."""
+    """Maps a path in the loaded data (keys and list indexes) to its line,
+    and a scalar's path to its text as written (`0123` where YAML read 83)."""
 
     def __init__(self) -> None:
         self._lines: dict[Path, int] = {(): 1}
+        self._texts: dict[Path, str] = {}
 
-    def add(self, path: Path, line: int) -> None:
+    def add(self, path: Path, line: int, text: str | None = None) -> None:
         self._lines.setdefault(path, line)
+        if text is not None:
+            self._texts.setdefault(path, text)
+
+    def written(self, path: Path) -> str | None:
+        return self._texts.get(path)
 
     def line(self, path: Path) -> int:
         """The line of `path`, or of its nearest ancestor that has one."""
@@ -106,7 +113,7 @@ def _walk(node: yaml.Node, path: Path, locator: Locator, problems: list[Problem]
         problems.append(Problem(file, node.start_mark.line + 1, "anchors and aliases (&name, *name) are not allowed in a check map; write the value out"))
         return
     seen.add(id(node))
-    locator.add(path, node.start_mark.line + 1)
+    locator.add(path, node.start_mark.line + 1, node.value if isinstance(node, yaml.ScalarNode) else None)
     if isinstance(node, yaml.MappingNode):
         keys_here: set[Any] = set()
         for key_node, value_node in node.value:
@@ -122,3 +129,4 @@ def _walk(node: yaml.Node, path: Path, locator: Locator, problems: list[Problem]
         for index, item in enumerate(node.value):
             locator.add(path + (index,), item.start_mark.line + 1)
             _walk(item, path + (index,), locator, problems, file, seen)
+

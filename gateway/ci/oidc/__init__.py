@@ -1,8 +1,4 @@
-"""Verifying CI OIDC tokens: discovery and keys per issuer, two-step token
-verification with PyJWT, and one small module per CI provider."""
-
-from gateway.ci.oidc.fetch import JsonFetcher
-from gateway.ci.oidc.keys import KeyCache
-from gateway.ci.oidc.verifier import Credential, TokenVerifier
-
-__all__ = ["Credential", "JsonFetcher", "KeyCache", "TokenVerifier"]
+"""Verifying CI OIDC tokens: discovery and keys per issuer (`fetch`, `keys`),
+two-step token verification with PyJWT (`token`), and the verifier that binds
+a verified token to one project through the check maps (`verifier`).  What a
+provider's tokens carry is its class's business (`gateway.ci.providers`)."""

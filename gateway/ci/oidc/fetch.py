@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from gateway.ci.checkmaps.validate import is_loopback
+from gateway.ci.providers.fields import is_loopback
 
 log = logging.getLogger("relayroom.oidc")
 

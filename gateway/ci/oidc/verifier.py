@@ -4,13 +4,15 @@
     bindings for exactly that iss      -> none: 401 unknown_issuer, no fetch
     the issuer's key for kid           -> cached; at most one refresh per 60 s
     jwt.decode, every option spelled   -> signature, iss, aud, required claims, times
-    provider claim table               -> missing_claim
+    the provider's claim table         -> missing_claim
     bindings whose immutable ids match -> none: 403 binding_mismatch
     the body's project, if any         -> picks among projects; else 403 project_mismatch
-    the provider's run policy          -> 403 event_not_allowed / binding_mismatch (docs/ci-attestations.md, which runs vote)
+    the provider's run policy          -> 403 event_not_allowed / binding_mismatch
 
-The issuer identity comes from the verified `iss` and the project, never
-from the request body or the provider label (docs/ci-attestations.md, issuer identity).
+Each provider is a class (`gateway.ci.providers`): its bindings say which
+tokens are theirs and which runs may vote.  The issuer identity comes from
+the verified `iss` and the project, never from the request body or the
+provider label.
 """
 
 from __future__ import annotations
@@ -19,16 +21,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gateway.ci.checkmaps.model import Binding
 from gateway.ci.checkmaps.registry import Snapshot
-from gateway.core.clock import Clock
-from gateway.core.errors import Forbidden, GatewayError, Invalid, Unauthorized
 from gateway.ci.oidc import token as jwt_token
-from gateway.ci.oidc.claims import first_missing, missing_claim
 from gateway.ci.oidc.fetch import url_allowed
 from gateway.ci.oidc.keys import KeyCache
-from gateway.ci.oidc.providers import PROVIDERS
-from gateway.ci.oidc.workflows import WorkflowRef
+from gateway.ci.providers.base import Binding
+from gateway.ci.providers.claims import first_missing, missing_claim
+from gateway.ci.providers.workflows import WorkflowRef
+from gateway.core.clock import Clock
+from gateway.core.errors import Forbidden, GatewayError, Invalid, Unauthorized
 
 log = logging.getLogger("relayroom.oidc")
 
@@ -82,7 +83,7 @@ class TokenVerifier:
         claims = jwt_token.decode(token, key, issuer=peeked.issuer, audience=self.audience, now=self.clock.now(),
                                   peeked=peeked)
         binding = self._select(bindings, claims, project)
-        provider = PROVIDERS[binding.provider]
+        provider = type(binding)
         exp = float(claims["exp"])
         return Credential(
             issuer=binding.identity,
@@ -97,18 +98,17 @@ class TokenVerifier:
         )
 
     def _select(self, bindings: list[Binding], claims: dict[str, Any], project: str | None) -> Binding:
-        by_provider: dict[str, list[Binding]] = {}
+        by_provider: dict[type[Binding], list[Binding]] = {}
         for binding in bindings:
-            by_provider.setdefault(binding.provider, []).append(binding)
+            by_provider.setdefault(type(binding), []).append(binding)
         identified: list[Binding] = []
         refusals: list[GatewayError] = []
-        for name, group in by_provider.items():
-            provider = PROVIDERS[name]
-            missing = first_missing(claims, provider.REQUIRED)
+        for provider, group in by_provider.items():
+            missing = first_missing(claims, provider.REQUIRED_CLAIMS)
             if missing is not None:
-                refusals.append(missing_claim(missing, name))
+                refusals.append(missing_claim(missing, provider.NAME))
                 continue
-            matched = [b for b in group if provider.identifies(b, claims)]
+            matched = [b for b in group if b.identifies(claims)]
             if matched:
                 identified.extend(matched)
             else:
@@ -118,8 +118,8 @@ class TokenVerifier:
             # missed (their ids, projects, files) is for the operator's log.
             log.info("oidc token of %s matched no binding (%s); bindings of this issuer: %s",
                      _shown(peeked_issuer(claims)), refusals[0].message,
-                     "; ".join(f"{b.provider} {b.where()} project {b.project} "
-                               f"id {b.repository_id or b.project_id or b.subject}" for b in bindings[:20]))
+                     "; ".join(f"{b.provider} {b.where()} project {b.project} {b.repository_key()}"
+                               for b in bindings[:20]))
             raise refusals[0]
         if project is not None:
             mine = [b for b in identified if b.project == project]
@@ -134,15 +134,18 @@ class TokenVerifier:
             identified = mine
         projects = sorted({b.project for b in identified})
         if len(projects) > 1:
+            # The check maps hold only repositories shared both ways, so each of these
+            # projects consented to the others; the filter keeps that so whatever loaded.
+            shared = [p for p in projects if all(p == b.project or p in b.shared_with for b in identified)]
             raise Invalid(
-                f"this token is bound by the check maps of several projects ({', '.join(projects)}); name one in "
-                "the body's project field",
+                f"this token's repository is shared by several projects ({', '.join(shared) or 'not named'}); name "
+                "one in the body's project field",
                 code="project_required",
             )
         first_refusal: GatewayError | None = None
         for binding in identified:
             try:
-                PROVIDERS[binding.provider].authorize(binding, claims)
+                binding.authorize(claims)
             except GatewayError as refusal:
                 first_refusal = first_refusal or refusal
                 continue

@@ -89,21 +89,22 @@ class EntryQueries(QueryBase):
         project_id: int,
         now: float,
         *,
-        state: str | None = None,
+        states: tuple[str, ...] = (),
         kind: str | None = None,
         visible_to: str | None = None,
         text: str | None = None,
         before_seq: int | None = None,
         limit: int = 50,
     ) -> list[Entry]:
-        """Newest first.  `visible_to` (a principal name) limits the page to
-        that principal's own entries plus trusted ones; None means the owner's
-        view of everything."""
+        """Newest first, in any of `states` (every state when empty).
+        `visible_to` (a principal name) limits the page to that principal's
+        own entries plus trusted ones; None means the owner's view of
+        everything."""
         where = ["e.project_id = ?"]
         args: list[Any] = [project_id]
-        if state is not None:
-            where.append(STATE_FILTERS[state])
-            args.append(now)
+        if states:
+            where.append("(" + " OR ".join(STATE_FILTERS[state] for state in states) + ")")
+            args.extend([now] * len(states))
         if kind is not None:
             where.append("e.kind = ?")
             args.append(kind)

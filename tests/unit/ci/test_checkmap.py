@@ -22,7 +22,7 @@ from tests.conftest import make_project
 
 ROOT = Path(__file__).resolve().parents[3]
 
-CONTRACT_EXAMPLE = """\
+FULL_EXAMPLE = """\
 # checkmaps/acme.yaml — maintained in the repository, reviewed like code
 project: acme
 issuers:
@@ -45,10 +45,10 @@ issuers:
     secret_env: ACME_CANARY_SECRET
 checks:
   staging-migrations:
-    supports: [kn_01JD8…]
+    supports: [kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ]
     workflows: [".github/workflows/staging.yml"]   # optional: only these workflows speak for this check
   tests-beside-files:
-    supports: [kn_01JD9…, kn_01JDA…]
+    supports: [kn_01JD9A2B3C4D5E6F7G8H9J0K1M, kn_01JDAB2C3D4E5F6G7H8J9K0M1N]
 """
 
 GOOD = """\
@@ -59,12 +59,12 @@ issuers:
     refs: [refs/heads/main]
 checks:
   migrations:
-    supports: [kn_1]
+    supports: [kn_00000000000000000000000001]
 """
 
 
 def test_the_contract_example_is_valid() -> None:
-    checkmap, problems = validate_text(CONTRACT_EXAMPLE, "acme.yaml")
+    checkmap, problems = validate_text(FULL_EXAMPLE, "acme.yaml")
     assert problems == []
     assert checkmap is not None and checkmap.project == "acme"
     identities = {b.identity for b in checkmap.bindings}
@@ -125,8 +125,8 @@ def test_problems_name_the_file_and_line(name: str, issuers: str, line: int, mes
     ("- a\n- b\n", "a check map is a mapping"),
     ("project: acme\nissuers: [\n", "not valid YAML"),
     ("project: acme\n---\nproject: beta\n", "not valid YAML"),
-    (GOOD + "  lint:\n    supports: kn_1\n", "supports must be a list"),
-    (GOOD + "  lint:\n    supports: [kn_1]\n    trusted: true\n", "unknown key trusted"),
+    (GOOD + "  lint:\n    supports: kn_00000000000000000000000001\n", "supports must be a list"),
+    (GOOD + "  lint:\n    supports: [kn_00000000000000000000000001]\n    trusted: true\n", "unknown key trusted"),
     (GOOD + "extra: 1\n", "unknown key extra"),
 ])
 def test_more_problems(text: str, message: str) -> None:
@@ -157,11 +157,11 @@ def test_a_broken_edit_keeps_the_last_good_version(tmp_path: Path) -> None:
     [row] = registry.status()
     assert row["sha256"] == good_sha and row["error"] and "acme.yaml:5: refs must be" in row["error"]
     assert registry.snapshot.rule("acme", "migrations") is not None  # still in force
-    (tmp_path / "acme.yaml").write_text(GOOD.replace("kn_1", "kn_2"))
+    (tmp_path / "acme.yaml").write_text(GOOD.replace("kn_00000000000000000000000001", "kn_00000000000000000000000002"))
     registry.reload()
     [row] = registry.status()
     assert row["error"] is None and row["sha256"] != good_sha
-    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_2",)
+    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_00000000000000000000000002",)
     assert registry.reload() is False  # nothing changed
 
 
@@ -182,13 +182,13 @@ def test_the_poll_reads_only_files_whose_stat_moved(tmp_path: Path, monkeypatch:
     assert registry.reload() is True and reads == ["acme.yaml"]
     assert registry.reload() is False and reads == ["acme.yaml"]  # stat unchanged and old: not read again
     # Same size, same (old) mtime: the change time and the content still move.
-    path.write_text(GOOD.replace("kn_1", "kn_2"))
+    path.write_text(GOOD.replace("kn_00000000000000000000000001", "kn_00000000000000000000000002"))
     os.utime(path, (an_hour_ago, an_hour_ago))
     assert registry.reload() is True and reads == ["acme.yaml"] * 2
-    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_2",)
+    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_00000000000000000000000002",)
     # A file written just now is read on every poll until its time is safely past
     # (two writes within one tick of the file clock look alike).
-    path.write_text(GOOD.replace("kn_1", "kn_3"))
+    path.write_text(GOOD.replace("kn_00000000000000000000000001", "kn_00000000000000000000000003"))
     registry.reload()
     assert registry.reload() is False and reads == ["acme.yaml"] * 4
 
@@ -200,7 +200,7 @@ def test_one_file_per_project(tmp_path: Path) -> None:
     folder = tmp_path / "maps: team"  # a ": " in the path must not garble the FILE:LINE: message
     folder.mkdir()
     (folder / "a.yaml").write_text(GOOD)
-    (folder / "b.yml").write_text(GOOD.replace("kn_1", "kn_9"))
+    (folder / "b.yml").write_text(GOOD.replace("kn_00000000000000000000000001", "kn_00000000000000000000000009"))
     registry = registry_for(folder)
     registry.reload()
     rows = {Path(r["file"]).name: r for r in registry.status()}
@@ -215,10 +215,10 @@ def test_one_file_per_project(tmp_path: Path) -> None:
     assert registry.snapshot.rule("acme", "migrations") is None
     b.unlink()
     registry.reload()
-    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_1",) and registry.problems() == []
-    (folder / "0-takeover.yaml").write_text(GOOD.replace("kn_1", "kn_9"))
+    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_00000000000000000000000001",) and registry.problems() == []
+    (folder / "0-takeover.yaml").write_text(GOOD.replace("kn_00000000000000000000000001", "kn_00000000000000000000000009"))
     registry.reload()
-    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_1",)
+    assert registry.snapshot.rule("acme", "migrations").supports == ("kn_00000000000000000000000001",)
     assert [str(p) for p in registry.problems()] == [
         f"{folder / '0-takeover.yaml'}:1: not loaded: project acme is already mapped by {a}; one file per project "
         "(that file is in force and stays in force)"
@@ -246,14 +246,14 @@ async def test_the_store_check_reports_unknown_projects_and_foreign_or_unknown_i
     await make_project(hub, "beta")
     mine = await learn(hub, "acme", "Ours.")
     theirs = await learn(hub, "beta", "Theirs.")
-    (tmp_path / "acme.yaml").write_text(GOOD.replace("[kn_1]", f"[{mine}, {theirs}, kn_nope]"))
-    (tmp_path / "ghost.yaml").write_text(GOOD.replace("acme", "ghost"))
+    (tmp_path / "acme.yaml").write_text(GOOD.replace("[kn_00000000000000000000000001]", f"[{mine}, {theirs}, kn_00000000000000000000000404]"))
+    (tmp_path / "ghost.yaml").write_text(GOOD.replace("acme", "ghost").replace("123456", "654321"))
     registry = registry_for(tmp_path)
     registry.reload()
     await registry.check_store(hub.driver)
     messages = [str(p) for p in registry.problems()]
     assert any(f"{theirs} belongs to another project" in m for m in messages)
-    assert any("kn_nope is not an entry of project acme" in m for m in messages)
+    assert any("kn_00000000000000000000000404 is not an entry of project acme" in m for m in messages)
     assert any("project ghost does not exist" in m for m in messages)
     assert not any(mine in m for m in messages)
     rows = {Path(r["file"]).name: r for r in registry.status()}
@@ -368,7 +368,7 @@ def test_cli_checks_ids_against_the_store_when_there_is_one(tmp_path: Path) -> N
     (maps / "acme.yaml").write_text(GOOD)
     result = run_cli("checkmap", "check", str(maps), env=env)
     assert result.returncode == 1
-    assert "acme.yaml:7: migrations: kn_1 is not an entry of project acme" in result.stdout
+    assert "acme.yaml:7: migrations: kn_00000000000000000000000001 is not an entry of project acme" in result.stdout
 
 
 def test_cli_missing_folder(tmp_path: Path) -> None:
@@ -385,7 +385,7 @@ def test_the_schema_accepts_the_examples_and_refuses_what_the_gateway_refuses() 
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     examples = [p.read_text() for p in (ROOT / "checkmaps" / "examples").glob("*.yaml")]
-    for text in [CONTRACT_EXAMPLE, GOOD] + [e for e in examples if "ISSUER_PORT" not in e]:  # not the template
+    for text in [FULL_EXAMPLE, GOOD] + [e for e in examples if "ISSUER_PORT" not in e]:  # not the template
         assert list(validator.iter_errors(yaml.safe_load(text))) == []
         assert validate_text(text, "example.yaml")[1] == []
     for bad in (GOOD.replace("    refs: [refs/heads/main]\n", ""),
@@ -437,7 +437,7 @@ def test_a_line_break_yaml_readers_disagree_on_is_a_problem_at_its_line() -> Non
     reader, and not for YAML 1.2, an editor's: the same bytes would be two
     maps.  The file is refused at that line, whatever the character is in."""
     for odd in ("\u0085", "\u2028", "\u2029"):
-        text = CONTRACT_EXAMPLE.replace("checks:", f"description: 'a{odd}b'\nchecks:", 1)
+        text = FULL_EXAMPLE.replace("checks:", f"description: 'a{odd}b'\nchecks:", 1)
         checkmap, problems = validate_text(text, "acme.yaml")
         line = text.split("\n").index(f"description: 'a{odd}b'") + 1
         assert checkmap is None and [(p.line, "disagree" in p.message) for p in problems] == [(line, True)]
@@ -448,11 +448,11 @@ def test_an_issuer_port_out_of_range_is_a_problem_not_a_crash() -> None:
     raises on it, so the shape itself says 1 to 65535, in the validator and
     the schema alike."""
     for port in ("99999", "65536", "70000"):
-        text = CONTRACT_EXAMPLE.replace("https://gitlab.example.com",
+        text = FULL_EXAMPLE.replace("https://gitlab.example.com",
                                         f"https://gitlab.example.com:{port}", 1)
-        assert text != CONTRACT_EXAMPLE
+        assert text != FULL_EXAMPLE
         checkmap, problems = validate_text(text, "acme.yaml")
         assert checkmap is None and any("port" in p.message for p in problems), problems
-    checkmap, problems = validate_text(CONTRACT_EXAMPLE.replace(
+    checkmap, problems = validate_text(FULL_EXAMPLE.replace(
         "https://gitlab.example.com", "https://gitlab.example.com:65535", 1), "acme.yaml")
     assert problems == [] and checkmap is not None

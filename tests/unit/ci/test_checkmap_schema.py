@@ -25,8 +25,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gateway.ci import providers
 from gateway.ci.checkmaps import validate
 from gateway.ci.checkmaps.validate import validate_text
+from gateway.ci.providers import fields, oidc, webhook
+from gateway.ci.providers.issuers import issuer_system
 from gateway.cli.quickstart import DEMO_CHECKMAP, SCHEMA
 from tests.conftest import free_port
 
@@ -85,22 +88,27 @@ def test_the_schemas_patterns_are_the_validators_own() -> None:
     defs, github = schema["$defs"], schema["$defs"]["github"]["properties"]
     assert schema["properties"]["project"]["pattern"] == validate.SLUG.pattern
     assert schema["properties"]["checks"]["propertyNames"]["pattern"] == validate.CHECK_NAME.pattern
-    assert defs["numericId"]["pattern"] == validate.NUMERIC_ID.pattern
-    assert defs["envName"]["pattern"] == validate.ENV_NAME.pattern
-    assert defs["issuerUrl"]["pattern"] == validate.ISSUER_URL.pattern
-    assert defs["issuerUrl"]["maxLength"] == validate.MAX_ISSUER
-    assert defs["token"]["pattern"] == validate.NO_SPACE.pattern
-    assert defs["label"]["maxLength"] == validate.MAX_LABEL
-    assert defs["webhook"]["properties"]["source"]["pattern"] == validate.SOURCE.pattern
-    assert defs["oidc"]["properties"]["subject"]["pattern"] == validate.VISIBLE.pattern
-    assert defs["oidc"]["properties"]["subject"]["maxLength"] == validate.MAX_SUBJECT
-    assert github["workflows"]["items"]["pattern"] == validate.GITHUB_WORKFLOW.pattern
-    assert set(github) == validate.BINDING_KEYS["github-actions"]
-    assert set(defs["gitlab"]["properties"]) == validate.BINDING_KEYS["gitlab"]
-    assert set(defs["oidc"]["properties"]) == validate.BINDING_KEYS["oidc"]
-    assert set(defs["webhook"]["properties"]) == validate.BINDING_KEYS["webhook"]
+    assert defs["numericId"]["pattern"] == fields.NUMERIC_ID.pattern
+    assert defs["envName"]["pattern"] == fields.ENV_NAME.pattern
+    assert defs["issuerUrl"]["pattern"] == fields.ISSUER_URL.pattern
+    assert defs["issuerUrl"]["maxLength"] == fields.MAX_ISSUER
+    assert defs["token"]["pattern"] == fields.NO_SPACE.pattern
+    assert defs["label"]["maxLength"] == fields.MAX_LABEL
+    assert defs["sharedWith"]["items"]["pattern"] == validate.SLUG.pattern
+    assert defs["entryId"]["pattern"] == validate.ENTRY_ID.pattern
+    assert defs["webhook"]["properties"]["source"]["pattern"] == webhook.SOURCE.pattern
+    assert defs["oidc"]["properties"]["subject"]["pattern"] == fields.VISIBLE.pattern
+    assert defs["oidc"]["properties"]["subject"]["maxLength"] == oidc.MAX_SUBJECT
+    assert github["workflows"]["items"]["pattern"] == providers.github.WORKFLOW.pattern
     assert set(defs["check"]["properties"]) == validate.CHECK_KEYS
     assert set(schema["properties"]) == validate.TOP_KEYS
+
+
+def test_the_schema_has_one_binding_shape_per_provider_with_its_keys() -> None:
+    schema = json.loads(SCHEMA_FILE.read_text())
+    shapes = [schema["$defs"][item["$ref"].rsplit("/", 1)[1]] for item in schema["properties"]["issuers"]["items"]["oneOf"]]
+    by_provider = {shape["properties"]["provider"]["const"]: set(shape["properties"]) for shape in shapes}
+    assert by_provider == {name: set(cls.keys()) for name, cls in providers.PROVIDERS.items()}
 
 
 def shipped_maps() -> list[tuple[str, str, Path]]:
@@ -121,7 +129,8 @@ def test_quickstart_writes_a_map_that_passes_both_with_the_schema_beside_it(tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")}
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "quickstart", "--port", str(free_port())], env=env,
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    demo, beside = tmp_path / "checkmaps" / "demo.yaml", tmp_path / "checkmaps" / "checkmap.schema.json"
+    maps = tmp_path / ".relayroom" / "checkmaps"
+    demo, beside = maps / "demo.yaml", maps / "checkmap.schema.json"
     try:
         deadline = time.monotonic() + 30
         while not (demo.exists() and beside.exists() and beside.stat().st_size):
@@ -150,7 +159,7 @@ issuers:
     refs: [refs/heads/main]
 checks:
   migrations:
-    supports: [kn_1]
+    supports: [kn_00000000000000000000000001]
 """
 
 
@@ -164,7 +173,7 @@ checks:
     (("- provider: github-actions\n", "- provider: github-actions\n    issuer: HTTPS://ghe.example.com\n"),
      "issuer must be"),
     (("project: acme", 'project: "acme\\n"'), "project must be a project slug"),
-    (("[kn_1]", '["kn\\u00a01"]'), "is not an entry id"),
+    (("[kn_00000000000000000000000001]", '["kn\\u00a01"]'), "is not an entry id"),
 ])
 def test_what_the_schema_refuses_the_gateway_refuses(change: tuple[str, str], message: str) -> None:
     assert gateway_problems(GOOD) == [] and schema_errors(GOOD) == []
@@ -218,8 +227,10 @@ OIDC_ISSUERS = mostly(("https://ci.example.com",), ("https://ci.example.com/", "
                                                     "https://ci.example.com/a?b", "https://c i.example.com", 3))
 SUBJECTS = mostly(("repo:acme/api",), ("   ", "\u2028", "x" * 1024, "x" * 1025, "", 5, "whsec_1"))
 SOURCES = mostly(("nightly-canary",), ("a.b_c", "github", "Nightly", "-x", "whsec_1", "x" * 64, 9))
-SUPPORTS = mostly(("kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "ENTRY_ID"), ("x" * 513, 5))
+SUPPORTS = mostly(("kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "kn_" + "0" * 26),
+                  ("ENTRY_ID", "not-an-id", "kn_1", "kn_01jd8xq4m3v9t7r2k5n6p8w0yz", "kn_01JD8XQ4M3V9T7R2K5N6P8W0YI", "x" * 513, 5))
 FLAG = mostly((True, False), ("yes", 1))
+SHARED = mostly(("beta", "gamma-2"), ("Beta", "-x", "a" * 64, "beta\n", "", 5, "whsec_1"))
 EXTRA_KEYS = pool("ref", "token", "secret", "Secret", "notes")
 
 
@@ -236,14 +247,15 @@ def binding(draw: Any) -> dict[str, Any]:
     if provider == "github-actions":
         fields = {"issuer": GITHUB_ISSUERS, "repository": LABEL, "repository_id": IDS, "repository_owner_id": IDS,
                   "refs": lists(GITHUB_REFS), "workflows": lists(WORKFLOWS), "webhook_secret_env": ENV,
-                  "github_app": FLAG, "allow_events": lists(EVENTS)}
+                  "github_app": FLAG, "allow_events": lists(EVENTS), "shared_with": lists(SHARED)}
         required = {"repository_id", "refs"}
     elif provider == "gitlab":
         fields = {"issuer": GITLAB_ISSUERS, "project_path": LABEL, "project_id": IDS, "namespace_id": IDS,
-                  "refs": lists(GITLAB_REFS), "workflows": lists(WORKFLOWS), "allow_events": lists(EVENTS)}
+                  "refs": lists(GITLAB_REFS), "workflows": lists(WORKFLOWS), "allow_events": lists(EVENTS),
+                  "shared_with": lists(SHARED)}
         required = {"project_id", "refs"}
     elif provider == "oidc":
-        fields = {"issuer": OIDC_ISSUERS, "subject": SUBJECTS, "refs": lists(GITHUB_REFS)}
+        fields = {"issuer": OIDC_ISSUERS, "subject": SUBJECTS, "refs": lists(GITHUB_REFS), "shared_with": lists(SHARED)}
         required = {"issuer", "subject"}
     elif provider == "webhook":
         fields = {"source": SOURCES, "secret_env": ENV}
@@ -263,8 +275,8 @@ def binding(draw: Any) -> dict[str, Any]:
 @st.composite
 def check(draw: Any) -> Any:
     if draw(st.integers(0, 19)) == 0:
-        return draw(pool(None, [], "kn_1", {"support": ["kn_1"]}))
-    spec: dict[str, Any] = {"supports": draw(st.one_of(st.lists(SUPPORTS, max_size=3), pool(None, "kn_1")))}
+        return draw(pool(None, [], "kn_00000000000000000000000001", {"support": ["kn_00000000000000000000000001"]}))
+    spec: dict[str, Any] = {"supports": draw(st.one_of(st.lists(SUPPORTS, max_size=3), pool(None, "kn_00000000000000000000000001")))}
     if draw(st.booleans()):
         spec["workflows"] = draw(lists(WORKFLOWS))
     if draw(st.integers(0, 9)) == 0:
@@ -294,7 +306,7 @@ def checkmaps(draw: Any) -> dict[str, Any]:
 
 def gateway_only(data: dict[str, Any]) -> bool:
     """A map that only the gateway can judge: one secret variable named twice
-    (one sender, one voice), or a generic binding of a host a GitLab or
+    (one sender, one voice), a binding sharing with the file's own project, or a generic binding of a host a GitLab or
     GitHub binding of the file names (bound by ids, never by `sub`); or a
     file holding U+0085, U+2028 or U+2029 as raw characters, which YAML 1.1
     reads as line breaks and YAML 1.2 as characters (the gateway refuses the
@@ -304,11 +316,16 @@ def gateway_only(data: dict[str, Any]) -> bool:
         return True
     bindings = [b for b in (data.get("issuers") or []) if isinstance(b, dict)] if isinstance(data.get("issuers"), list) else []
     names = [b.get(k) for b in bindings for k in ("secret_env", "webhook_secret_env") if isinstance(b.get(k), str)]
-    hosts = {validate.issuer_system(b["issuer"]) for b in bindings if b.get("provider") in ("github-actions", "gitlab")
-             and isinstance(b.get("issuer"), str) and validate.issuer_problem(b["issuer"]) is None}
-    generic = {validate.issuer_system(b["issuer"]) for b in bindings if b.get("provider") == "oidc"
-               and isinstance(b.get("issuer"), str) and validate.issuer_problem(b["issuer"]) is None}
-    return len(names) != len(set(names)) or bool(hosts & generic)
+    def binds_by(binding: dict[str, Any]) -> str | None:
+        cls = providers.PROVIDERS.get(binding.get("provider"))
+        return cls.BINDS_BY if cls is not None else None
+
+    hosts = {issuer_system(b["issuer"]) for b in bindings if binds_by(b) == "ids"
+             and isinstance(b.get("issuer"), str) and fields.issuer_problem(b["issuer"]) is None}
+    generic = {issuer_system(b["issuer"]) for b in bindings if binds_by(b) == "subject"
+               and isinstance(b.get("issuer"), str) and fields.issuer_problem(b["issuer"]) is None}
+    own = any(data.get("project") in b["shared_with"] for b in bindings if isinstance(b.get("shared_with"), list))
+    return len(names) != len(set(names)) or bool(hosts & generic) or own
 
 
 class NoAliases(yaml.SafeDumper):

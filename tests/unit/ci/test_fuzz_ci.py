@@ -34,8 +34,8 @@ import yaml
 from hypothesis import HealthCheck, Phase, example, given
 from hypothesis import strategies as st
 
-from gateway.ci.checkmaps.model import OIDC_PROVIDERS
-from gateway.ci.checkmaps.validate import BINDING_KEYS, SECRET_KEYS, validate_text
+from gateway.ci.checkmaps.validate import SECRET_KEYS, validate_text
+from gateway.ci.providers import PROVIDERS
 from gateway.core.clock import SystemClock
 from gateway.core.config import Config
 from gateway.hub import Hub
@@ -56,17 +56,17 @@ SETTINGS = dict(
 
 # -- check map YAML ------------------------------------------------------------------------
 
-ALL_BINDING_KEYS = sorted(set().union(*BINDING_KEYS.values()))
+ALL_BINDING_KEYS = sorted(set().union(*(cls.keys() for cls in PROVIDERS.values())))
 yaml_scalars = (
     st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False)
-    | st.text(max_size=30) | st.sampled_from(["refs/heads/main", "*", "123456", "kn_01JD8", "whsec_QUJD", "", "~"])
+    | st.text(max_size=30) | st.sampled_from(["refs/heads/main", "*", "123456", "kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "whsec_QUJD", "", "~"])
 )
 yaml_values = st.recursive(yaml_scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
 
 
 @st.composite
 def bindings(draw: st.DrawFn) -> dict[str, Any]:
-    provider = draw(st.sampled_from([*BINDING_KEYS, "github", "jenkins", 7]))
+    provider = draw(st.sampled_from([*PROVIDERS, "github", "jenkins", 7]))
     keys = draw(st.lists(st.sampled_from([*ALL_BINDING_KEYS, *sorted(SECRET_KEYS), "ref", "repo"]), max_size=8, unique=True))
     item: dict[str, Any] = {"provider": provider}
     for key in keys:
@@ -86,7 +86,7 @@ def check_maps(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.integers(0, 9)):
         data["checks"] = draw(st.dictionaries(
             st.text(max_size=12) | st.sampled_from(["unit", "x" * 201]),
-            st.fixed_dictionaries({"supports": st.lists(st.sampled_from(["kn_01JD8", "kn_01JD9"]) | yaml_scalars, max_size=3)},
+            st.fixed_dictionaries({"supports": st.lists(st.sampled_from(["kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "kn_01JD9A2B3C4D5E6F7G8H9J0K1M", "kn_01JD8"]) | yaml_scalars, max_size=3)},
                                   optional={"workflows": yaml_values, "secret": yaml_scalars, "extra": yaml_values}) | yaml_values,
             max_size=3,
         ))
@@ -113,9 +113,9 @@ def assert_validated(text: str | bytes, data: Any = None) -> None:
     assert re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", result.project)
     assert result.bindings, "no binding, no vote: an empty map is refused"
     for binding in result.bindings:
-        if binding.provider in OIDC_PROVIDERS:
-            assert binding.issuer and (binding.repository_id or binding.project_id or binding.subject)
-        if binding.provider in ("github-actions", "gitlab"):
+        if binding.OIDC:
+            assert binding.issuer and binding.repository_key(), "an OIDC binding names the repository it lets speak"
+        if binding.REFS_REQUIRED:
             assert binding.refs, "a CI binding lists the refs whose runs may vote"
     if data is not None:
         assert not _has_secret(data), "a check map holding a secret is refused"
@@ -123,7 +123,7 @@ def assert_validated(text: str | bytes, data: Any = None) -> None:
 
 @given(data=check_maps())
 @example(data={"project": "acme", "issuers": [{"provider": "github-actions", "repository_id": "1", "repository_owner_id": "2",
-                                               "refs": ["refs/heads/main"]}], "checks": {"unit": {"supports": ["kn_1"]}}})
+                                               "refs": ["refs/heads/main"]}], "checks": {"unit": {"supports": ["kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ"]}}})
 @example(data={"project": "acme", "issuers": [{"provider": "webhook", "source": "canary", "secret": "s3cret"}], "checks": {}})
 @hypothesis.settings(max_examples=300, **SETTINGS)
 def test_any_check_map_is_validated_fail_closed(data: dict[str, Any]) -> None:

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jwt import PyJWK
 
-from gateway.ci.checkmaps.model import Binding
 from gateway.core.errors import Forbidden, Unauthorized
-from gateway.ci.oidc import github, gitlab, token as jwt_token, workflows
+from gateway.ci.oidc import token as jwt_token
+from gateway.ci.providers import gitlab, workflows
+from gateway.ci.providers.github import GitHubActions
 from tests.support.oidc_issuer import OidcIssuer
 
 SEGMENTS = [b"", b"e30", b"e30=", b"e30==", b"e30===", b"YWJj", b"YWJjZA", b"YWJjZA==", b"YWJjZA=", b"YWJjZB", b"!!!!",
@@ -244,11 +245,11 @@ def test_padding_is_refused_before_any_work() -> None:
 # -- provider helpers ----------------------------------------------------------------------
 
 
-def gh_binding(**fields: Any) -> Binding:
-    base = dict(project="acme", provider="github-actions", file="acme.yaml", line=3,
-                issuer="https://token.actions.githubusercontent.com", repository_id="123456", refs=("refs/heads/main",))
+def gh_binding(**fields: Any) -> GitHubActions:
+    base = dict(project="acme", file="acme.yaml", line=3, issuer="https://token.actions.githubusercontent.com",
+                repository_id="123456", refs=("refs/heads/main",))
     base.update(fields)
-    return Binding(**base)
+    return GitHubActions(**base)
 
 
 @pytest.mark.parametrize("job_workflow_ref,patterns,ok", [
@@ -263,7 +264,7 @@ def gh_binding(**fields: Any) -> Binding:
 ])
 def test_workflows_name_the_workflow_that_ran(job_workflow_ref: str, patterns: tuple[str, ...], ok: bool) -> None:
     claims = {"repository": "acme/api", "job_workflow_ref": job_workflow_ref}
-    assert workflows.names(patterns, github.workflow_of(claims), github.home(claims)) is ok
+    assert workflows.names(patterns, GitHubActions.workflow_of(claims), GitHubActions.home(claims)) is ok
 
 
 def test_gitlab_config_paths() -> None:
@@ -283,14 +284,14 @@ def test_gitlab_config_paths() -> None:
     (("main",), "feature", "branch", False),
 ])
 def test_gitlab_refs(refs: tuple[str, ...], ref: str, ref_type: str, ok: bool) -> None:
-    assert gitlab.ref_allowed(refs, {"ref": ref, "ref_type": ref_type}) is ok
+    assert gitlab.listed(refs, gitlab.qualified_ref({"ref": ref, "ref_type": ref_type})) is ok
 
 
 def test_github_refusals_name_the_claim_the_expectation_and_the_value() -> None:
     claims = {"event_name": "push", "ref": "refs/heads/feature", "ref_type": "branch", "repository": "acme/api",
               "repository_id": "123456", "job_workflow_ref": "acme/api/.github/workflows/ci.yml@refs/heads/feature"}
     with pytest.raises(Forbidden) as refused:
-        github.authorize(gh_binding(), claims)
+        gh_binding().authorize(claims)
     message = refused.value.message
     assert refused.value.code == "binding_mismatch" and refused.value.extra == {"claim": "ref"}
     assert "ref:" in message and "refs/heads/main" in message and "refs/heads/feature" in message and "acme.yaml:3" in message
@@ -300,6 +301,6 @@ def test_pull_request_target_is_allowed_only_by_name() -> None:
     claims = {"event_name": "pull_request_target", "ref": "refs/heads/main", "ref_type": "branch",
               "repository": "acme/api", "repository_id": "123456", "job_workflow_ref": "acme/api/.github/workflows/ci.yml@refs/heads/main"}
     with pytest.raises(Forbidden) as refused:
-        github.authorize(gh_binding(), claims)
+        gh_binding().authorize(claims)
     assert refused.value.code == "event_not_allowed"
-    github.authorize(gh_binding(allow_events=("pull_request_target",)), claims)
+    gh_binding(allow_events=("pull_request_target",)).authorize(claims)

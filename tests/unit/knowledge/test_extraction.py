@@ -138,7 +138,7 @@ async def test_extraction_never_trusts_even_for_an_owner(client: Any, acme: Any)
         ({"author": "bob", "text": "x", "state": "trusted"}, 422, "unknown_field"),
         ({"author": "", "text": "Pitfall: something durable here"}, 422, "invalid_field"),
         ({"author": "bob", "text": 7}, 422, "invalid_field"),
-        ({"author": "bob", "text": "a\x00b"}, 422, "invalid_field"),
+        ({"author": "bob", "text": "a\x00b"}, 422, "invisible_text"),
     ],
 )
 async def test_bad_messages_are_refused_and_change_nothing(

@@ -8,7 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.ci.checkmaps.model import Binding
+from gateway.ci.providers.github import GitHubActions
+from gateway.ci.providers.gitlab import GitLab
 from gateway.knowledge import trust
 from gateway.knowledge.trust import EntryFacts, Verdict
 from gateway.web.audit_text import DESCRIBE, describe
@@ -76,12 +77,12 @@ def test_audit_rows_read_as_sentences() -> None:
 
 
 def test_issuers_are_named_as_people_name_them() -> None:
-    github = Binding(project="acme", provider="github-actions", file="acme.yaml", line=3,
-                     issuer="https://token.actions.githubusercontent.com", repository="acme/api", repository_id="1")
-    local = Binding(project="acme", provider="github-actions", file="acme.yaml", line=9,
-                    issuer="http://127.0.0.1:9101", repository="acme/web", repository_id="2")
-    gitlab = Binding(project="acme", provider="gitlab", file="acme.yaml", line=14,
-                     issuer="https://gitlab.example.com", repository="acme/infra", project_id="42")
+    github = GitHubActions(project="acme", file="acme.yaml", line=3, issuer="https://token.actions.githubusercontent.com",
+                           repository_name="acme/api", repository_id="1")
+    local = GitHubActions(project="acme", file="acme.yaml", line=9, issuer="http://127.0.0.1:9101",
+                          repository_name="acme/web", repository_id="2")
+    gitlab = GitLab(project="acme", file="acme.yaml", line=14, issuer="https://gitlab.example.com",
+                    project_path="acme/infra", project_id="42")
     bindings = [github, local, gitlab]
     assert issuer_label("oidc:token.actions.githubusercontent.com:acme", bindings) == "GitHub Actions · acme/api"
     assert issuer_label("oidc:127.0.0.1:9101:acme", bindings) == "GitHub Actions · acme/web"

@@ -94,11 +94,18 @@ async def test_the_kept_size_follows_promotions_retirements_and_readds(hub: Hub,
 
 
 async def test_without_the_driver_method_a_read_then_write_is_a_read_and_a_write() -> None:
-    from gateway.store.base import read_then_write
+    from gateway.store.base import Driver
 
     calls: list[Any] = []
 
-    class Plain:  # SQLite's shape: no read_then_write of its own
+    class Plain(Driver):  # SQLite's shape: no read_then_write of its own
+        async def open(self) -> None: ...
+
+        async def close(self) -> None: ...
+
+        async def ping(self) -> bool:
+            return True
+
         async def read(self, unit: Any) -> Any:
             calls.append("read")
             return await unit("reader")
@@ -113,7 +120,7 @@ async def test_without_the_driver_method_a_read_then_write_is_a_read_and_a_write
     async def write(q: Any, found: str) -> None:
         calls.append((q, found))
 
-    assert await read_then_write(Plain(), read, write, durable=False) == "found by reader"  # type: ignore[arg-type]
+    assert await Plain().read_then_write(read, write, durable=False) == "found by reader"
     assert calls == ["read", ("write", False), ("writer", "found by reader")]
 
 

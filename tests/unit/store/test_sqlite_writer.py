@@ -69,16 +69,14 @@ async def test_a_one_statement_read_sees_the_last_commit_and_keeps_no_snapshot_o
     read transaction.  It must see what was committed just before it, and
     hold no snapshot afterwards (a held one would stop a checkpoint from
     emptying the log, which then grows without bound)."""
-    from gateway.store.base import read_statement
-
     driver = await _open(tmp_path / "s.db")
     other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
     try:
         for n in range(3):
             await driver.write(lambda q, n=n: q.tx.run("INSERT INTO t (n) VALUES (?)", n))
-            row = await read_statement(driver, lambda q: q.tx.one("SELECT COUNT(*) AS c, MAX(n) AS top FROM t"))
+            row = await driver.read_statement(lambda q: q.tx.one("SELECT COUNT(*) AS c, MAX(n) AS top FROM t"))
             assert row == {"c": n + 1, "top": n}
-            await read_statement(driver, lambda q: q.tx.one("SELECT n FROM t ORDER BY n"))  # one row of several
+            await driver.read_statement(lambda q: q.tx.one("SELECT n FROM t ORDER BY n"))  # one row of several
             # TRUNCATE waits for no reader: busy (1) if a snapshot were still open.
             assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
             assert (tmp_path / "s.db-wal").stat().st_size == 0

@@ -1,7 +1,6 @@
 """Small pure helpers the provider modules share: reading a claim as an id
-or a string, the run facts both CI doors hand to a provider's policy, and
-the refusals that name the claim, what the check map expects and what the
-token carried (never the token itself)."""
+or a string, and the refusals that name the claim, what the check map
+expects and what the credential carried (never the credential itself)."""
 
 from __future__ import annotations
 
@@ -9,31 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.errors import Forbidden, Unauthorized
-from gateway.ci.oidc.workflows import WorkflowRef
-
-
-@dataclass(frozen=True)
-class RunFacts:
-    """What a verified credential says about the run that wants to vote.
-
-    Both doors build one: the OIDC verifier from the token's claims, the
-    GitHub webhook door from a signed `workflow_run` payload.  A provider's
-    `refusal` judges it, so the two doors cannot drift apart.
-    """
-
-    event: str | None  # GitHub: event_name / workflow_run.event; GitLab: pipeline_source
-    ref: str | None  # as the binding's refs name it: refs/heads/main, refs/tags/v1
-    # "branch" / "tag" as the credential says; "" when an OIDC token says
-    # nothing; None only when the door cannot know (a workflow_run payload
-    # writes a branch's and a tag's name alike in head_branch).
-    ref_type: str | None
-    workflow: WorkflowRef | None
-    home: str | None  # the repository (project path) the run's code came from, by name
-    repository_id: str | None = None  # GitHub: the repository whose code ran (a fork's id for a fork)
-    repository_owner_id: str | None = None
-    project_id: str | None = None  # GitLab
-    namespace_id: str | None = None
-    ref_protected: Any = None  # GitLab's claim as carried: only the string "true" passes
 
 
 @dataclass(frozen=True)
@@ -100,7 +74,7 @@ def shown(value: Any) -> str:
 
 def mismatch(claim: str, expected: str, carried: Any, where: str) -> Forbidden:
     """Only for a token of the binding's own repository or project: it names
-    what the binding expects and where (docs/ci-attestations.md)."""
+    what the binding expects and where."""
     return mismatched(claim, expected, carried, where).error()
 
 
