@@ -1,14 +1,17 @@
 """The recall index on PostgreSQL: a GIN-indexed tsvector per trusted entry,
 one table per project (`recall_p<id>`; columns as weights A-D), with FTS5's
-tokens (`document`) and Porter stems, and FTS5's BM25 computed in one
-statement (`LEXICAL_SQL`): a word's IDF over the rows the question matches
-(every row holding it), N and the average length kept in `recall_index`."""
+tokens (`document`) and Porter stems, ranked by FTS5's BM25: N and the
+average length kept in `recall_index`, a word's document frequency counted
+by the GIN index, a word's weighted count in a row by `ts_rank_cd` of that
+word alone.  Only the rows that can reach the best `limit` are scored
+(`PostgresIndex.lexical`)."""
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.store.recall_index import WEIGHTS, Candidate, IndexRow, Terms, bump, columns
@@ -50,28 +53,69 @@ def table(project_id: int) -> str:
     return f"recall_p{int(project_id)}"
 
 
-def _frequency() -> str:
-    """A lexeme's instances in a row, each weighed by its column."""
-    return " + ".join(f"{w!r} * CARDINALITY(ARRAY_POSITIONS(u.weights, '{c}'))" for w, c in zip(WEIGHTS, "ABCD"))
+# ts_rank_cd of a one-word query sums the weights (D, C, B, A; at most 1) of
+# the word's instances in the row: scaled back, its weighted count.
+SCALE = max(WEIGHTS)
+RANK_WEIGHTS = "'{" + ", ".join(repr(w / SCALE) for w in reversed(WEIGHTS)) + "}'"
+MAX_COVERS = 64  # sets of stems in one pruning query; past that, every row of those stems is scored
 
-
-# ?1 words, ?2 their weights, ?3 project, ?4 kind (or NULL), ?5 now, ?6 limit.
-LEXICAL_SQL = (
-    "WITH q AS MATERIALIZED (SELECT l.lexeme, MAX(w.weight) AS weight "
+# ?1 words, ?2 their weights, ?3 project: the question's stems, each weighed
+# as the sum of its words' weights (FTS5 scores each word apart), with the
+# rows holding it (counted by the GIN index) and the project's size.
+STEMS_SQL = (
+    "SELECT l.lexeme, SUM(w.weight) AS weight, s.rows, s.tokens, "
+    "(SELECT COUNT(*) FROM {name} WHERE tsv @@ CAST(quote_literal(l.lexeme) AS tsquery)) AS df "
     "FROM unnest(CAST(? AS TEXT[]), CAST(? AS DOUBLE PRECISION[])) AS w(word, weight), "
-    f"unnest(tsvector_to_array(to_tsvector('{CONFIG}', w.word))) AS l(lexeme) GROUP BY l.lexeme), "
-    "m AS MATERIALIZED (SELECT r.seq, r.kind, r.expires_at, r.len, u.lexeme, " + _frequency() + " AS f "
-    "FROM {name} r, unnest(r.tsv) u "
-    "WHERE r.tsv @@ (SELECT CAST(string_agg('''' || lexeme || '''', ' | ') AS tsquery) FROM q) "
-    "AND u.lexeme IN (SELECT lexeme FROM q)), "
-    "df AS (SELECT lexeme, COUNT(*) AS n FROM m GROUP BY lexeme), "
-    "s AS (SELECT GREATEST(rows, 1) AS n, GREATEST(tokens, 1) AS tokens FROM recall_index WHERE project_id = ?) "
-    f"SELECT m.seq, m.kind, SUM(q.weight * GREATEST(LN((s.n - df.n + 0.5) / (df.n + 0.5)), 1e-6) "
-    f"* m.f * {K1 + 1} / (m.f + {K1} * ({1 - B} + {B} * m.len * s.n / s.tokens))) AS score "
-    "FROM m JOIN df ON df.lexeme = m.lexeme JOIN q ON q.lexeme = m.lexeme CROSS JOIN s "
-    "WHERE (CAST(? AS TEXT) IS NULL OR m.kind = ?) AND (m.expires_at IS NULL OR m.expires_at > ?) "
-    "GROUP BY m.seq, m.kind ORDER BY score DESC, m.seq DESC LIMIT ?"
+    f"unnest(tsvector_to_array(to_tsvector('{CONFIG}', w.word))) AS l(lexeme), "
+    "(SELECT GREATEST(rows, 1) AS rows, GREATEST(tokens, 1) AS tokens FROM recall_index WHERE project_id = ?) AS s "
+    "GROUP BY l.lexeme, s.rows, s.tokens"
 )
+
+
+class Stem(NamedTuple):
+    query: str  # the stem as a tsquery
+    bound: float  # weight x IDF x (k1 + 1): more than the stem adds to any row's score
+    rows: int  # the rows holding it
+
+
+def _score_sql(name: str, stems: int) -> str:
+    """The best rows matching a tsquery, by BM25.  Parameters: each stem's
+    bound, each stem's tsquery twice, the average length, the tsquery, kind
+    (twice), now, limit."""
+    counts = ", ".join(
+        f"CASE WHEN tsv @@ CAST(? AS tsquery) THEN {SCALE} * CAST(ts_rank_cd({RANK_WEIGHTS}, tsv, CAST(? AS tsquery)) "
+        f"AS DOUBLE PRECISION) ELSE 0 END AS f{i}" for i in range(stems)
+    )
+    score = " + ".join(f"CAST(? AS DOUBLE PRECISION) * f{i} / (f{i} + k)" for i in range(stems))
+    return (
+        f"SELECT seq, kind, {score} AS score FROM (SELECT seq, kind, {counts}, "
+        f"{K1} * ({1 - B} + {B} * len / CAST(? AS DOUBLE PRECISION)) AS k FROM {name} "
+        "WHERE tsv @@ (SELECT CAST(? AS tsquery)) AND (CAST(? AS TEXT) IS NULL OR kind = ?) AND (expires_at IS NULL OR expires_at > ?) "
+        "OFFSET 0) AS r ORDER BY score DESC, seq DESC LIMIT ?"
+    )
+
+
+def covers(bounds: Sequence[float], floor: float) -> list[list[int]]:
+    """The smallest sets of stems (indexes into `bounds`, highest first) whose
+    bounds add up to `floor`: a row holding none of these sets scores under
+    it.  Past MAX_COVERS sets, each stem alone."""
+    found: list[list[int]] = []
+
+    def walk(start: int, chosen: list[int], total: float) -> None:
+        for i in range(start, len(bounds)):
+            if total + sum(bounds[i:]) < floor or len(found) > MAX_COVERS:
+                return
+            if total + bounds[i] >= floor:
+                found.append(chosen + [i])
+            else:
+                walk(i + 1, chosen + [i], total + bounds[i])
+
+    walk(0, [], 0.0)
+    return found if len(found) <= MAX_COVERS else [[i] for i in range(len(bounds))]
+
+
+def _any(queries: Sequence[str]) -> str:
+    return "(" + " | ".join(queries) + ")"
 
 
 def _values(row: IndexRow) -> tuple[Any, ...]:
@@ -113,15 +157,47 @@ class PostgresIndex:
         await add_many(self.tx, project_id, rows)
 
     async def lexical(self, project_id: int, terms: Terms, kind: str | None, limit: int, now: float) -> list[Candidate]:
-        kept = [(document(w), weight) for w, weight in terms if weight > 0]
+        """FTS5's BM25 of the best `limit` rows, the rarest stems' rows first.
+
+        The rows of the stems of highest bound are scored until they are
+        `limit` or more; the `limit`-th score is then a floor the others
+        must reach, so of the other rows only those holding stems whose
+        bounds add up to it are scored (one GIN query).  A stem in most
+        rows (IDF near 0) reaches nothing alone: its rows are not read."""
+        kept = [(document(w), float(weight)) for w, weight in terms if weight > 0]
         kept = [(w, weight) for w, weight in kept if w]
         if not kept:
             return []
-        rows = await self.tx.all(
-            LEXICAL_SQL.format(name=table(project_id)),
-            [w for w, _ in kept], [float(weight) for _, weight in kept], project_id, kind, kind, now, limit,
+        name = table(project_id)
+        rows = await self.tx.all(STEMS_SQL.format(name=name), [w for w, _ in kept], [x for _, x in kept], project_id)
+        stems = sorted(
+            (Stem("'" + str(r["lexeme"]).replace("'", "''") + "'",
+                  r["weight"] * (K1 + 1) * max(math.log((r["rows"] - r["df"] + 0.5) / (r["df"] + 0.5)), 1e-6), r["df"])
+             for r in rows if r["df"]),
+            key=lambda stem: -stem.bound,
         )
-        return [Candidate(int(r["seq"]), float(r["score"]), str(r["kind"])) for r in rows]
+        if not stems:
+            return []
+        sql = _score_sql(name, len(stems))
+        head = [*(s.bound for s in stems), *(s.query for s in stems for _ in range(2)), rows[0]["tokens"] / rows[0]["rows"]]
+
+        async def scored(query: str) -> list[Candidate]:
+            found = await self.tx.all(sql, *head, query, kind, kind, now, limit)
+            return [Candidate(int(r["seq"]), float(r["score"]), str(r["kind"])) for r in found]
+
+        first = held = 0
+        while first < len(stems) and held < limit:
+            held += stems[first].rows
+            first += 1
+        seen = _any([s.query for s in stems[:first]])
+        found = await scored(seen)
+        rest = stems[first:]
+        sets = covers([s.bound for s in rest], found[-1].score if len(found) >= limit else 0.0) if rest else []
+        if not sets:
+            return found
+        found += await scored(_any(["(" + " & ".join(rest[i].query for i in chosen) + ")" for chosen in sets]) + f" & !{seen}")
+        found.sort(key=lambda c: (-c.score, -c.seq))
+        return found[:limit]
 
 
 async def _resize(tx: Any, project_id: int, rows: int, tokens: int) -> None:

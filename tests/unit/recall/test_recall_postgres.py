@@ -1,12 +1,14 @@
 """Recall on PostgreSQL: the store's own full-text index, with FTS5's
 tokens, stems and BM25 computed in SQL (`gateway.store.recall_index_pg`),
-the size it keeps for BM25, the round trips of a recall (the search and its
-record in one transaction: one snapshot, a non-durable commit), and the
-rebuild of an index built another way."""
+only the rows that can reach the best scored, the size it keeps for BM25,
+the round trips of a recall (the search and its record in one transaction:
+one snapshot, a non-durable commit), and the rebuild of an index built
+another way."""
 
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import pytest
@@ -65,7 +67,10 @@ async def test_bm25_in_sql_is_fts5s_formula(hub: Hub, acme: ProjectTokens) -> No
     idf = math.log((n - 1 + 0.5) / (1 + 0.5))
     f = 3.0  # one instance, in the statement column
     expected = idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * length * n / tokens))
-    assert found[0].score == pytest.approx(expected, rel=1e-9)
+    assert found[0].score == pytest.approx(expected, rel=1e-6)
+    # Two words of one stem count each, as FTS5 scores every word apart.
+    both = await hub.driver.read(lambda q: q.lexical(project.id, [("midnight", 1.0), ("midnights", 0.25)], None, 5, NOW))
+    assert both[0].score == pytest.approx(1.25 * expected, rel=1e-6)
     assert rare
 
 
@@ -179,7 +184,7 @@ def _count_round_trips(monkeypatch: Any) -> list[str]:
 
 
 @pytestmark_pg
-async def test_a_recall_is_six_round_trips_and_its_record_is_kept(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
+async def test_a_recall_is_seven_round_trips_and_its_record_is_kept(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
     project = await hub.accounts.project("acme")
     await _bulk(hub, project.id, 20)
     rare = await _trusted(hub, "acme", "pitfall", RARE)
@@ -188,9 +193,10 @@ async def test_a_recall_is_six_round_trips_and_its_record_is_kept(hub: Hub, acme
     sent = _count_round_trips(monkeypatch)
     recall_id, results = await hub.recall.recall(reader, "why do deploy logs drop a line at midnight?", None, 5)
     # BEGIN (with SET LOCAL synchronous_commit), the read budget's count (before
-    # the search costs anything), the search, the entries, the record, COMMIT.
-    assert len(sent) == 6, sent
-    assert sent[1].startswith("SELECT SUM(n)")
+    # the search costs anything), the question's stems, their rows scored
+    # (a project this small: all of them at once), the entries, the record, COMMIT.
+    assert len(sent) == 7, sent
+    assert sent[1].startswith("SELECT SUM(n)") and sent[2].startswith("SELECT l.lexeme") and "ts_rank_cd" in sent[3]
     assert sent[0].startswith("BEGIN ISOLATION LEVEL REPEATABLE READ") and "synchronous_commit TO OFF" in sent[0]
     assert results[0][0].id == rare and len(results) == 5
     monkeypatch.undo()
@@ -250,6 +256,99 @@ async def test_recalled_entries_are_one_statement_with_what_entries_by_seqs_read
 async def _seq(hub: Hub, entry_id: str) -> int:
     row = await hub.driver.read(lambda q: q.tx.one("SELECT seq FROM entries WHERE id = ?", entry_id))
     return int(row["seq"])
+
+
+# -- only the rows that can reach the best are scored ----------------------------------
+
+VOCABULARY = [f"w{n}x" for n in range(60)]
+
+
+def _words(rng: random.Random, count: int) -> list[str]:
+    # Zipf-like: the first words are in most rows, the last in a few.
+    return rng.choices(VOCABULARY, weights=[1 / (n + 2) for n in range(len(VOCABULARY))], k=count)
+
+
+async def _every_row_scored(q: Any, project_id: int, terms: list[tuple[str, float]], kind: str | None, limit: int,
+                            now: float) -> list[tuple[int, float]]:
+    """FTS5's BM25 of every row, in Python, from the table's tsvectors."""
+    size = await q.tx.one("SELECT rows, tokens FROM recall_index WHERE project_id = ?", project_id)
+    n, average = int(size["rows"]), int(size["tokens"]) / int(size["rows"])
+    rows = await q.tx.all(f"SELECT r.seq, r.kind, r.expires_at, r.len, u.lexeme, u.weights FROM {sp.table(project_id)} r, unnest(r.tsv) u")
+    counts: dict[int, dict[str, float]] = {}
+    meta = {}
+    for r in rows:
+        weight = dict(zip("ABCD", sp.WEIGHTS))
+        counts.setdefault(r["seq"], {})[r["lexeme"]] = sum(weight[w] for w in r["weights"])
+        meta[r["seq"]] = (r["kind"], r["expires_at"], r["len"])
+    wanted: dict[str, float] = {}
+    for word, weight in terms:
+        stems = await q.tx.one(f"SELECT tsvector_to_array(to_tsvector('{sp.CONFIG}', ?)) AS s", sp.document(word))
+        for stem in stems["s"]:
+            wanted[stem] = wanted.get(stem, 0.0) + weight
+    df = {stem: sum(1 for c in counts.values() if stem in c) for stem in wanted}
+    scores = []
+    for seq, found in counts.items():
+        row_kind, expires_at, length = meta[seq]
+        if not set(found) & set(wanted) or (kind and row_kind != kind) or (expires_at is not None and expires_at <= now):
+            continue
+        score = 0.0
+        for stem, weight in wanted.items():
+            if stem in found:
+                idf = max(math.log((n - df[stem] + 0.5) / (df[stem] + 0.5)), 1e-6)
+                f = found[stem]
+                score += weight * idf * f * (sp.K1 + 1) / (f + sp.K1 * (1 - sp.B + sp.B * length / average))
+        scores.append((seq, score))
+    scores.sort(key=lambda item: (-item[1], -item[0]))
+    return scores[:limit]
+
+
+@pytestmark_pg
+async def test_the_rows_scored_give_the_best_of_every_row(hub: Hub, acme: ProjectTokens, monkeypatch: Any) -> None:
+    """Scoring only the rows of the rarest stems, then those whose stems'
+    bounds reach the floor, gives what scoring every row gives."""
+    project = await hub.accounts.project("acme")
+    rng = random.Random(34)
+
+    async def unit(q: Any) -> None:
+        rows = [(" ".join(_words(rng, rng.randint(3, 14))), " ".join(_words(rng, rng.randint(0, 6))) or None,
+                 rng.choice(["fact", "convention", "pitfall", "decision"]), rng.choice([None, None, None, NOW - 1, NOW + 1]))
+                for _ in range(400)]
+        await q.tx.run_many(
+            "INSERT INTO entries (id, project_id, kind, statement, evidence, norm_statement, state, created_at, created_by, "
+            "created_via, expires_at, promoted_at, promoted_by) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'trusted', ?, 'bulk-loader', 'learn', ?, ?, 'owner:olivia')",
+            [(f"kn_zipf_{i}", project.id, kind, s, e, f"{i} {s}", NOW - 10, expires, NOW - 10)
+             for i, (s, e, kind, expires) in enumerate(rows)],
+        )
+        written = await q.tx.all("SELECT seq, kind, expires_at, statement, evidence FROM entries WHERE project_id = ?", project.id)
+        await sp.add_many(q.tx, project.id, [(r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in written])
+
+    await hub.driver.write(unit)
+    pruned = []
+
+    def counted(bounds: Any, floor: float) -> list[list[int]]:
+        sets = sp_covers(bounds, floor)
+        pruned.append(floor > 0 and len({i for chosen in sets for i in chosen}) < len(bounds))
+        return sets
+
+    sp_covers = sp.covers
+    monkeypatch.setattr(sp, "covers", counted)
+    for _ in range(60):
+        terms = [(w, rng.choice([1.0, 1.0, 0.25])) for w in _words(rng, rng.randint(1, 6))] + [("nowhere", 1.0)]
+        kind, limit = rng.choice([None, None, "pitfall"]), rng.choice([5, 30, 60])
+        found = await hub.driver.read(lambda q: q.lexical(project.id, terms, kind, limit, NOW))
+        expected = await hub.driver.read(lambda q: _every_row_scored(q, project.id, terms, kind, limit, NOW))
+        assert [c.seq for c in found] == [seq for seq, _ in expected], terms
+        assert [c.score for c in found] == pytest.approx([score for _, score in expected], rel=1e-6)
+    assert sum(pruned) >= 10  # the floor left some stems' rows unread
+
+
+def test_covers_are_the_smallest_sets_that_reach_the_floor() -> None:
+    assert sp.covers([5.0, 3.0, 2.0, 1.0], 4.0) == [[0], [1, 2], [1, 3]]
+    assert sp.covers([5.0, 3.0], 9.0) == []
+    assert sp.covers([2.0, 1.0], 0.0) == [[0], [1]]
+    many = sp.covers([1.0] * 20, 5.0)  # C(20, 5) sets: every stem alone instead
+    assert many == [[i] for i in range(20)]
 
 
 # -- an index built the old way is rebuilt at start ---------------------------------------
