@@ -24,11 +24,14 @@ nothing) and `fused = a * lexical + (1 - a) * semantic`.
 
 Relevance ("is anything here an answer?") reads the best cosine and the
 coverage (the share of the question's content words the best lexical hit
-holds): `logistic((top cosine + 0.2 * coverage - 0.5) / 0.1)`; lexical
-recall alone uses `logistic((coverage - 0.28) / 0.15)`.  Each result's score
-is that relevance times its fused score relative to the best, so scores run
-0..1, best first, and the first one reads as a confidence: below 0.5,
-probably nothing relevant.  docs/recall.md has the figures behind each number.
+holds): `logistic((top cosine + 0.2 * coverage - 0.5) / 0.1)`, at least
+`pasted_relevance` when the question is pasted tokens only and the best
+lexical hit holds one of them as written, a token at most `rare_df` entries
+hold (the model reads such a question worst); lexical recall alone uses
+`logistic((coverage - 0.28) / 0.15)`.  Each result's score is that
+relevance times its fused score relative to the best, so scores run 0..1,
+best first, and the first one reads as a confidence: below 0.5, probably
+nothing relevant.  docs/recall.md has the figures behind each number.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ class FusionRule:
     relevance_width: float = 0.1
     lexical_centre: float = 0.28  # lexical-only relevance = logistic((coverage - centre) / width)
     lexical_width: float = 0.15
+    pasted_relevance: float = 0.9  # fused relevance at least, for a question of a rare pasted token the best hit holds
 
 
 DEFAULT_RULE = FusionRule()
@@ -75,16 +79,31 @@ class Readings:
     separation: float
     top_cosine: float
     weight: float  # the lexical weight chosen
+    pasted: bool = False  # the question is pasted tokens only, one of them rare and held as written by the best hit
+
+
+def _tokens(query: str) -> list[str]:
+    """The query's whitespace-separated tokens, without surrounding punctuation."""
+    return [t for t in (token.strip("`'\"()[]{},;:!?") for token in query.split()) if t]
 
 
 def token_like_terms(query: str) -> set[str]:
     """The words of the query's tokens that look pasted: `E0463`, `uv.lock`, `--locked`."""
-    found: set[str] = set()
-    for token in query.split():
-        token = token.strip("`'\"()[]{},;:!?")
-        if token and _TOKEN_LIKE.fullmatch(token):
-            found.update(w for w in words(token) if w not in STOP_WORDS)
-    return found
+    return {w for token in _tokens(query) if _TOKEN_LIKE.fullmatch(token) for w in words(token) if w not in STOP_WORDS}
+
+
+def pasted_match(query: str, text: str, df: Mapping[str, int], rare_df: int) -> bool:
+    """Whether `query` is pasted tokens only and `text` holds one of them as
+    written (not inside a longer token), one whose rarest word at most
+    `rare_df` entries of the project hold."""
+    tokens = _tokens(query)
+    if not tokens or not all(_TOKEN_LIKE.fullmatch(t) for t in tokens):
+        return False
+    return any(
+        0 < min((df.get(w, 0) for w in words(t)), default=0) <= rare_df
+        and re.search(rf"(?<![\w.\-/]){re.escape(t)}(?![\w\-/]|\.\w)", text, re.IGNORECASE) is not None
+        for t in tokens
+    )
 
 
 @lru_cache(maxsize=1024)
@@ -133,7 +152,8 @@ def read(
     weight = rule.base + rule.margin_gain * margin - rule.separation_gain * separation
     if rare:
         weight = max(weight, rule.rare_weight)
-    return Readings(cov, rare, margin, separation, top, max(0.0, min(1.0, weight)))
+    pasted = top_lexical_text is not None and pasted_match(query, top_lexical_text, df, rule.rare_df)
+    return Readings(cov, rare, margin, separation, top, max(0.0, min(1.0, weight)), pasted)
 
 
 def fuse(
@@ -164,7 +184,8 @@ def fuse(
 def relevance(readings: Readings, rule: FusionRule = DEFAULT_RULE) -> float:
     """How likely the best result answers the question, 0..1 (fused recall)."""
     signal = readings.top_cosine + rule.relevance_coverage * readings.coverage
-    return logistic((signal - rule.relevance_centre) / rule.relevance_width)
+    value = logistic((signal - rule.relevance_centre) / rule.relevance_width)
+    return max(value, rule.pasted_relevance) if readings.pasted else value
 
 
 def lexical_relevance(readings: Readings, rule: FusionRule = DEFAULT_RULE) -> float:

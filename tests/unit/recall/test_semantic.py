@@ -112,6 +112,22 @@ async def test_fused_recall_finds_a_paraphrase_the_words_miss(semantic_hub: Hub)
     assert something[0][1] > 0.5 > (nothing[0][1] if nothing else 0.0)
 
 
+async def test_a_pasted_token_held_by_one_entry_reads_as_relevant(semantic_hub: Hub) -> None:
+    """The model reads `E0463` worst: the entry holding it comes first but
+    its cosine is low.  Held as written by that one entry, the first score
+    says relevant; a made-up token, or one the entries hold only a part of,
+    still says probably nothing."""
+    hub = semantic_hub
+    owner, ids = await _fill(hub)
+    assert hub.recall.semantic is not None
+    await hub.recall.semantic.fill_all(hub.driver)
+    _, found = await hub.recall.recall(owner, "E0463")
+    assert found[0][0].id == ids["Error E0463 means th"] and found[0][1] >= fusion.DEFAULT_RULE.pasted_relevance
+    for made_up in ("E0999", "RELAYROOM_NO_SUCH_FLAG", "frobnicate.lock", "E0463-foo"):
+        _, other = await hub.recall.recall(owner, made_up)
+        assert (other[0][1] if other else 0.0) < 0.5, made_up
+
+
 async def test_vectors_follow_trust_in_the_same_transaction(semantic_hub: Hub) -> None:
     hub = semantic_hub
     owner, ids = await _fill(hub)
@@ -311,6 +327,25 @@ def test_a_rare_pasted_token_weighs_the_lexical_side() -> None:
 )
 def test_pasted_tokens_are_told_from_abbreviations(question: str, pasted: set[str]) -> None:
     assert fusion.token_like_terms(question) == pasted
+
+
+@pytest.mark.parametrize(
+    "question, text, expected",
+    [
+        ("E0463", "Error E0463 means the crate was built elsewhere.", True),
+        ("`e0463`", "Error E0463 means the crate was built elsewhere.", True),  # quoted, another case
+        ("uv.lock", "Dependencies are pinned in uv.lock.", True),  # the sentence's full stop is no part of it
+        ("E0463 uv.lock", "Error E0463 means the crate was built elsewhere.", True),
+        ("E0463 when building", "Error E0463 means the crate was built elsewhere.", False),  # words too: cosine reads them
+        ("E0463-foo", "Error E0463 means the crate was built elsewhere.", False),  # the entry holds a part only
+        ("E0463", "Error E0463-foo means the crate was built elsewhere.", False),  # inside a longer token
+        ("frobnicate.lock", "Dependencies are pinned in uv.lock.", False),
+        ("config.toml", "Settings are read from config.toml at start.", False),  # in more than two entries
+    ],
+)
+def test_a_question_of_a_rare_pasted_token_held_as_written(question: str, text: str, expected: bool) -> None:
+    df = {"e0463": 1, "uv": 1, "lock": 2, "foo": 1, "config": 5, "toml": 3}
+    assert fusion.pasted_match(question, text, df, fusion.DEFAULT_RULE.rare_df) is expected
 
 
 def test_an_abbreviation_held_by_one_entry_is_no_rare_match() -> None:
