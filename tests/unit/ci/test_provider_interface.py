@@ -207,6 +207,7 @@ def test_the_pages_name_it_by_its_label() -> None:
 def test_no_code_outside_the_providers_names_a_provider() -> None:
     named = re.compile(r"""["'](github-actions|gitlab)["']|ID_ISSUER_HOSTS|OIDC_PROVIDERS|PROVIDER_NAMES""")
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-             for path in sorted((ROOT / "gateway").rglob("*.py")) if "providers" not in path.parts
+             # ci_steps/ names the CI systems whose files it ships (`relayroom ci init gitlab`), not providers.
+             for path in sorted((ROOT / "gateway").rglob("*.py")) if not {"providers", "ci_steps"} & set(path.parts)
              for number, line in enumerate(path.read_text().splitlines(), 1) if named.search(line)]
     assert found == []
