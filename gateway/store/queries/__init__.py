@@ -18,6 +18,7 @@ the services and the drivers know:
     budgets       events, per-principal budgets, rate-limit marks
     recalls       search, recall records, reported uses
     attestations  CI attestations, replay and delivery stores, JWKS slots
+    checkmaps     check maps published by the repositories, and their generation
     proposals     the owner's proposals queue
     threads       thread messages and their budget
     learning      use and recall statistics for the playbook and learning report
@@ -29,6 +30,7 @@ from __future__ import annotations
 from gateway.store.queries.attestations import AttestationQueries
 from gateway.store.queries.audit import AuditQueries
 from gateway.store.queries.budgets import BudgetQueries
+from gateway.store.queries.checkmaps import CheckmapQueries
 from gateway.store.queries.common import (
     ENTRY_COLUMNS,
     STATE_FILTERS,
@@ -75,6 +77,7 @@ class Queries(
     AuditQueries,
     BudgetQueries,
     AttestationQueries,
+    CheckmapQueries,
     ProposalQueries,
     ThreadQueries,
     LearningQueries,
