@@ -27,6 +27,7 @@ from gateway.ci.oidc.fetch import JsonFetcher
 from gateway.ci.oidc.keys import KeyCache
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.ci.providers.github_webhook import GitHubWebhooks
+from gateway.ci.publish import CheckmapPublications
 from gateway.core.clock import Clock, SystemClock
 from gateway.core.config import Config
 from gateway.knowledge.ledger import Ledger
@@ -82,6 +83,8 @@ class Hub:
             registry=self.checkmaps, verifier=self.verifier,
         )
         self.github_webhooks = GitHubWebhooks(self.intake)
+        self.publications = CheckmapPublications(clock=self.clock, driver=self.driver, registry=self.checkmaps,
+                                                 verifier=self.verifier)
         self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False
@@ -91,8 +94,7 @@ class Hub:
         self.loop = asyncio.get_running_loop()
         await self.driver.open()
         if serve:
-            self.checkmaps.reload()
-            await self.checkmaps.check_store(self.driver)
+            await self.checkmaps.refresh(self.driver)  # the folder and the published maps
             self.checkmaps.install_sighup(self.driver)
             self.add_task(self.checkmaps.watch(self.driver), "relayroom-checkmaps")
             self._serving = True

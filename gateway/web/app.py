@@ -26,6 +26,7 @@ from gateway.web.middleware import GuardMiddleware
 ROUTE_MODULES = (
     "gateway.web.health",
     "gateway.web.attest",
+    "gateway.web.checkmap_api",
     "gateway.web.api",
     "gateway.web.owner_api",
     "gateway.web.pages",

@@ -56,13 +56,10 @@ class CheckmapQueries(QueryBase):
         await self.tx.run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
                           "excluded.value", GENERATION_KEY, new_id("gen"))
 
-    async def published_checkmap(self, project_id: int, state: str, *, for_update: bool = False) -> PublishedRow | None:
+    async def published_checkmap(self, project_id: int, state: str) -> PublishedRow | None:
         """The project's map in that state (`in_force` or `pending`), if any."""
-        sql = (f"SELECT {COLUMNS} FROM published_checkmaps c JOIN projects p ON p.id = c.project_id "
-               "WHERE c.project_id = ? AND c.state = ?")
-        if for_update:
-            sql += self.dialect.lock_rows("c")
-        row = await self.tx.one(sql, project_id, state)
+        row = await self.tx.one(f"SELECT {COLUMNS} FROM published_checkmaps c JOIN projects p ON p.id = c.project_id "
+                                "WHERE c.project_id = ? AND c.state = ?", project_id, state)
         return _published(row) if row else None
 
     async def published_in_force(self) -> list[PublishedRow]:
