@@ -86,19 +86,28 @@ def invalid(path: str, problems: list[Problem]) -> Invalid:
                    extra={"problems": [{"line": p.line, "message": p.message} for p in problems[:MAX_PROBLEMS]]})
 
 
-def validated(content: str, path: str, project: str) -> CheckMap:
-    """The map, validated as a file of the folder, or 422 invalid_checkmap.
-    The owner reads it before approving: only characters a person can see."""
+def read_map(text: bytes | str, path: str) -> tuple[CheckMap | None, list[Problem]]:
+    """A map file as a publication is read (and `relayroom checkmap check FILE`
+    reads it): validated as a file of the folder is, and, since the owner
+    reads it before approving, holding only characters a person can see."""
+    checkmap, problems = validate_text(text, path)
+    content = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     hidden = [Problem(path, number, f"{describe(*found)} cannot be seen for what it is; the owner reviews this text, "
                       "so it holds only what a person can see") for number, line in enumerate(content.split("\n"), 1)
               if (found := first_invisible(line)) is not None]
-    checkmap, problems = validate_text(content, path)
-    problems = hidden + problems
+    if hidden:
+        return None, sorted(hidden + problems, key=lambda p: p.line)
+    return checkmap, problems
+
+
+def validated(content: str, path: str, project: str) -> CheckMap:
+    """The map as a publication reads it (`read_map`), or 422 invalid_checkmap."""
+    checkmap, problems = read_map(content, path)
     if checkmap is not None and checkmap.project != project:
         problems.append(Problem(path, checkmap.project_line, f"this file maps project {checkmap.project}; it was "
                                 f"published for project {project}"))
     if problems or checkmap is None:
-        raise invalid(path, sorted(problems, key=lambda p: p.line))
+        raise invalid(path, problems)
     return checkmap
 
 
