@@ -84,21 +84,6 @@ def settle(pid: int, *, window_s: float = 0.05, busy_s: float = 0.002, limit_s: 
     return time.monotonic() - started
 
 
-def let_copies_load(pid: int, ask: Callable[[], object]) -> None:
-    """A project past 300 entries is ranked from a copy of its index held
-    as arrays once searches have seen the index's version for
-    `STABLE_FOR` seconds (`gateway.store.fts_arrays`), and by FTS5 until
-    then.  A benchmark of a big project measures the settled server: ask
-    once, wait that long, ask again (which starts the load on the server's
-    worker thread), and wait for the server to go idle (the load done)."""
-    from gateway.store.fts_arrays import STABLE_FOR
-
-    ask()
-    time.sleep(STABLE_FOR + 0.05)
-    ask()
-    settle(pid)
-
-
 def machine_ticks() -> tuple[int, int]:
     """(idle, all) CPU ticks of the whole machine since boot, every core
     summed (Linux's /proc/stat; (0, 0) elsewhere).  Two readings give the

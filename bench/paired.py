@@ -39,7 +39,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.outside import Server, let_copies_load, request_line, workdir, wrk_run  # noqa: E402
+from bench.outside import Server, request_line, workdir, wrk_run  # noqa: E402
 
 VERSIONS = ("before", "after")
 
@@ -95,7 +95,6 @@ def recall(trees: dict[str, str], entries: int, others: int, rounds: int, connec
             servers = {"before": before, "after": after}
             for server in servers.values():
                 wrk_run(server.port, lines[:400], 4)  # warm: page cache, statement caches
-                let_copies_load(server.pid, lambda: wrk_run(server.port, lines[:40], 1))
             batches = [lines[400 + r * per:400 + (r + 1) * per] for r in range(rounds)]
             rows = alternate(servers, batches, connections, 200)
     print(f"recall, {entries:,} entries in a hub of {others:,} others, {connections} connections, {per:,} recalls a round")

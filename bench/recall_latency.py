@@ -1,28 +1,22 @@
-"""Recall latency at 1k, 10k and 100k trusted entries in one project, alone
-and inside a hub that also holds ~1M entries of other projects (SQLite, or
+"""Recall in process at 1k, 10k and 100k trusted entries in one project, alone
+and inside a hub that also holds entries of other projects (SQLite, or
 PostgreSQL with RELAYROOM_DATABASE_URL=postgresql://...: see bench/stores.py).
 
-    .venv/bin/python bench/recall_latency.py                    # the full run (a few minutes)
-    .venv/bin/python bench/recall_latency.py --sizes 1000 10000 --others 100000 --queries 200   # quicker
+    .venv/bin/python bench/recall_latency.py                    # the full run (many minutes: embedding 100k entries)
+    .venv/bin/python bench/recall_latency.py --sizes 1000 10000 --others 200000 --queries 200
+    RELAYROOM_SEMANTIC_MODEL=off .venv/bin/python bench/recall_latency.py   # lexical alone
 
 Entries are written straight through the store in big batches (the rows a
-confirm would leave: state trusted, plus their recall index rows), with
-synthetic statements drawn from a Zipf-distributed vocabulary, so the build
-stays bounded in time.  Two figures per size:
+confirm would leave: state trusted, their recall index rows and their
+vector placeholders), with synthetic statements drawn from a
+Zipf-distributed vocabulary.  The other projects' vectors are random unit
+rows (their recall is not measured); the project's own are made by the
+fill job, timed: how long entries trusted at once wait for their vector
+(until then the lexical stage finds them).  Then, per size:
 
-- `search`: the index lookup and the entries' rows (what ranking costs);
-- `recall`: the whole core call, including the record of the recall
-  (`recalls` + `recall_results`, one group-committed write).
-
-Targets (issue 4): p50 <= 3 ms at 10k inside the 1M hub, <= 5 ms at 100k.
-
-    .venv/bin/python bench/recall_latency.py --padded-quality 100000
-
-measures ranking instead of time at that size: bench/recall_eval's questions,
-each project's entries padded with that many synthetic entries of the text
-above (MRR@10 / nDCG@10 / recall@5 as bench/recall_quality.py counts them).
-bench/recall_quality.py's own projects are small; a big project is where a
-store that sets common words aside ranks differently from one that does not.
+- `lexical`: the store's lexical candidates with recall's query shaping;
+- `recall`: the whole core call, fused when a model runs, including the
+  record of the recall.
 """
 
 from __future__ import annotations
@@ -117,8 +111,13 @@ def _accumulate(values: list[float]) -> list[float]:
     return out
 
 
-async def add_trusted(hub: Hub, project_id: int, count: int, text: Text, now: float) -> None:
-    """`count` trusted entries in `project_id`, written in batches."""
+async def add_trusted(hub: Hub, project_id: int, count: int, text: Text, now: float, *, vectors: str | None = None) -> None:
+    """`count` trusted entries in `project_id`, written in batches; with
+    `vectors`, their vector rows too: "pending" (placeholders the fill job
+    embeds) or a model id (random unit vectors of that model, written now)."""
+    import numpy
+
+    rng = numpy.random.default_rng(project_id)
     done = 0
     while done < count:
         n = min(BATCH, count - done)
@@ -136,10 +135,17 @@ async def add_trusted(hub: Hub, project_id: int, count: int, text: Text, now: fl
                 "VALUES (?, ?, ?, ?, ?, ?, 'trusted', ?, 'bench', 'learn', NULL, ?, 'owner:bench', NULL)",
                 [(f"kn_bench_{first + i}", project_id, kind, s, e, norm, now, now) for i, (s, e, kind, norm) in enumerate(rows)],
             )
-            # The identity column numbers the rows; index what was just
-            # written, as the index itself does (its counts too, on PostgreSQL).
             written = await q.tx.all("SELECT seq, statement, evidence, kind FROM entries WHERE project_id = ? AND seq >= ?", project_id, first)
             await q.index.add_many(project_id, [(r["seq"], r["kind"], None, r["statement"], r["evidence"]) for r in written])
+            if vectors == "pending":
+                await q.tx.run_many("INSERT INTO entry_vectors (seq, project_id) VALUES (?, ?)", [(r["seq"], project_id) for r in written])
+            elif vectors is not None:
+                made = rng.standard_normal((len(written), 384)).astype(numpy.float32)
+                made /= numpy.linalg.norm(made, axis=1, keepdims=True)
+                await q.tx.run_many(
+                    "INSERT INTO entry_vectors (seq, project_id, model, vector) VALUES (?, ?, ?, ?)",
+                    [(r["seq"], project_id, vectors, made[i].tobytes()) for i, r in enumerate(written)],
+                )
 
         await hub.driver.write(unit)
         done += n
@@ -173,46 +179,34 @@ async def checkpoint(hub: Hub) -> None:
         conn.close()
 
 
-async def settle_copies(hub: Hub, principal: Principal, question: str) -> None:
-    """On SQLite, a big project's index held as arrays, as a settled server
-    holds it (a server loads a version once searches have seen it for
-    STABLE_FOR seconds; in process that wait is dropped): one recall starts
-    the load, then wait for it."""
-    if not hasattr(hub.driver, "copies_loaded"):
-        return
-    from gateway.store import fts_arrays
-
-    fts_arrays.STABLE_FOR = 0.0
-    await hub.recall.recall(principal, question)
-    await hub.driver.copies_loaded()
-
-
 async def measure(hub: Hub, principal: Principal, text: Text, queries: int) -> dict[str, float]:
+    from gateway.recall import stages
+
     questions = [text.question() for _ in range(queries)]
     project_id, now = principal.project.id, hub.clock.now()
-    for question in questions[:20]:  # warm the page cache and the statement cache
+    for question in questions[:20]:  # warm the page cache, the statement cache, the project's matrix
         await hub.recall.recall(principal, question)
-    await settle_copies(hub, principal, questions[0])
-    search, whole, hits = [], [], []
+    lexical, whole, hits = [], [], []
     for question in questions:
         started = time.perf_counter()
-        found = await hub.driver.read(lambda q: q.search(project_id, question, None, 10, now))
-        search.append((time.perf_counter() - started) * 1000)
+        found = await hub.driver.read(lambda q: stages.candidates(q, project_id, question, None, 30, now))
+        lexical.append((time.perf_counter() - started) * 1000)
         hits.append(len(found))
         started = time.perf_counter()
         await hub.recall.recall(principal, question)
         whole.append((time.perf_counter() - started) * 1000)
     return {
-        "search_p50": statistics.median(search), "search_p99": percentile(search, 99),
+        "lexical_p50": statistics.median(lexical), "lexical_p99": percentile(lexical, 99),
         "recall_p50": statistics.median(whole), "recall_p99": percentile(whole, 99),
         "mean_hits": statistics.mean(hits),
     }
 
 
 async def scenario(url: str, label: str, sizes: list[int], others: int, queries: int) -> list[tuple[str, int, dict[str, float]]]:
-    config = Config.from_env({}, database_url=url, sweep_interval=0.0)
+    config = Config.from_env(database_url=url, sweep_interval=0.0, recalls_per_hour=1_000_000)
     hub = Hub(config, clock=ManualClock(start=1_800_000_000.0))
     await hub.start(background=False)
+    stage = hub.recall.semantic
     text = Text()
     rows = []
     try:
@@ -222,95 +216,54 @@ async def scenario(url: str, label: str, sizes: list[int], others: int, queries:
             started = time.perf_counter()
             for i in range((others + per_project - 1) // per_project):
                 other = await hub.accounts.create_project(f"other-{i}")
-                await add_trusted(hub, other.id, min(per_project, others - i * per_project), text, now)
+                await add_trusted(hub, other.id, min(per_project, others - i * per_project), text, now,
+                                  vectors=stage.model_id if stage else None)
             print(f"  [{label}] {others:,} entries of other projects written in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         project = await hub.accounts.create_project("target")
         principal = Principal(project=project, name="bench-agent", level="read")
         have = 0
         for size in sizes:
-            await add_trusted(hub, project.id, size - have, text, now)
+            await add_trusted(hub, project.id, size - have, text, now, vectors="pending" if stage else None)
+            filled, started = 0, time.perf_counter()
+            if stage is not None:
+                filled = await stage.fill_all(hub.driver)
+            fill = time.perf_counter() - started
+            if filled:
+                print(f"  [{label}] {filled:,} vectors filled in {fill:.1f} s ({filled / fill:.0f} a second)", file=sys.stderr)
             have = size
             await checkpoint(hub)
-            rows.append((label, size, await measure(hub, principal, text, queries)))
+            measured = await measure(hub, principal, text, queries)
+            measured["fill_s"] = fill
+            rows.append((label, size, measured))
             print(f"  [{label}] measured at {size:,}", file=sys.stderr)
     finally:
         await hub.stop()
     return rows
 
 
-async def padded_quality(url: str, pad: int) -> dict[str, dict[str, float]]:
-    """The evaluation set's ranking with `pad` synthetic entries in each of its projects."""
-    from bench.recall_quality import K, load, score
-
-    config = Config.from_env({}, database_url=url, sweep_interval=0.0)
-    hub = Hub(config, clock=ManualClock(start=1_800_000_000.0))
-    await hub.start(background=False)
-    try:
-        entries, queries = load()
-        queries = [q for q in queries if q.relevant]  # the unanswerable ones are bench/recall_semantic.py's
-        text = Text()
-        project_ids: dict[str, int] = {}
-        names: dict[int, str] = {}
-        started = time.perf_counter()
-        for slug, items in entries.items():
-            project = await hub.accounts.create_project(slug)
-            owner = Principal(project=project, name="eval-owner", level="owner")
-            project_ids[slug] = project.id
-            for item in items:
-                entry, _ = await hub.knowledge.learn(owner, item["kind"], item["statement"], item.get("evidence"))
-                await hub.knowledge.confirm(owner, entry.id)
-                names[entry.seq] = item["id"]
-            await add_trusted(hub, project.id, pad, text, hub.clock.now())
-        await checkpoint(hub)
-        print(f"  {len(entries)} projects padded with {pad:,} entries each in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-        now = hub.clock.now()
-        rows = []
-        for query in queries:
-            project_id = project_ids[query.project]
-            hits = await hub.driver.read(lambda q: q.index.search(project_id, query.text, None, K, now))
-            rows.append((query, [names.get(seq, f"padding-{seq}") for seq, _ in hits]))
-        return {split: score([r for r in rows if split == "all" or r[0].split == split]) for split in ("dev", "test", "all")}
-    finally:
-        await hub.stop()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--others", type=int, default=1_000_000, help="entries of other projects in the big hub")
+    parser.add_argument("--others", type=int, default=200_000, help="entries of other projects in the big hub")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--dir", default=None, help="where the databases go (default a temporary folder)")
-    parser.add_argument(
-        "--padded-quality", type=int, default=0, metavar="N",
-        help="instead of timing: rank bench/recall_eval with N synthetic entries in each of its projects",
-    )
     args = parser.parse_args(argv)
     from bench.stores import backend, bench_database
 
     print(f"store: {backend()} (set RELAYROOM_DATABASE_URL=postgresql://... for PostgreSQL)", file=sys.stderr)
-    if args.padded_quality:
-        with tempfile.TemporaryDirectory(dir=args.dir) as folder, bench_database(Path(folder), "padded") as url:
-            splits = asyncio.run(padded_quality(url, args.padded_quality))
-        print("| store | entries per project | split | queries | MRR@10 | nDCG@10 | recall@5 |")
-        print("|---|---:|---|---:|---:|---:|---:|")
-        for split, m in splits.items():
-            print(
-                f"| {backend()} | {args.padded_quality:,} + eval | {split} | {int(m['n'])} | {m['mrr@10']:.3f} | "
-                f"{m['ndcg@10']:.3f} | {m['recall@5']:.3f} |"
-            )
-        return 0
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         big = f"hub+{args.others // 1000}k"
         with bench_database(Path(folder), "alone") as url:
             rows = asyncio.run(scenario(url, "alone", args.sizes, 0, args.queries))
-        with bench_database(Path(folder), big) as url:
-            rows += asyncio.run(scenario(url, big, args.sizes, args.others, args.queries))
-    print("| hub | trusted entries in project | search p50 ms | search p99 ms | recall p50 ms | recall p99 ms | mean hits |")
+        if args.others:
+            with bench_database(Path(folder), big) as url:
+                rows += asyncio.run(scenario(url, big, args.sizes, args.others, args.queries))
+    print("| hub | trusted entries in project | vectors filled in s | lexical p50 ms | lexical p99 ms | recall p50 ms | recall p99 ms |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for label, size, m in rows:
         print(
-            f"| {label} | {size:,} | {m['search_p50']:.2f} | {m['search_p99']:.2f} | {m['recall_p50']:.2f} | "
-            f"{m['recall_p99']:.2f} | {m['mean_hits']:.1f} |"
+            f"| {label} | {size:,} | {m['fill_s']:.1f} | {m['lexical_p50']:.2f} | {m['lexical_p99']:.2f} | "
+            f"{m['recall_p50']:.2f} | {m['recall_p99']:.2f} |"
         )
     return 0
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import Any, Coroutine
 
 from gateway.accounts.service import Accounts
 from gateway.accounts.sessions import Sessions
@@ -48,22 +48,27 @@ class Hub:
         self.config = config
         self.clock: Clock = clock or SystemClock()
         self.driver: Driver = driver or open_driver(config.database_url)
+        self.metrics = Metrics()
         self.accounts = Accounts(self.driver, self.clock)
         self.sessions = Sessions(self.driver, self.clock, config)
         self.knowledge = Knowledge(
             self.driver,
             self.clock,
+            self.metrics,
             WriteLimits(config.learn_per_hour, config.events_per_hour, config.recalls_per_hour),
         )
         # Recall reads the knowledge service's budgets per call, so that one
         # object holds every budget (a test may swap it).  Its semantic stage
         # is decided here, once, from the settings: on for every door or none.
         stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256)
-        if config.semantic_model:
+        if stage is not None or (config.semantic_model or "").lower() != "off":
             (log.info if stage is not None else log.warning)("recall: %s", status.detail)
+        if stage is not None:
+            stage.driver = self.driver
         self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits, stage, status)
-        self.metrics = Metrics()
-        self.knowledge.metrics = self.recall.metrics = self.metrics
+        # The one collaborator still attached after construction: Recall's
+        # constructor does not take its metrics yet.
+        self.recall.metrics = self.metrics
         self.proposals = Proposals(self.driver, self.clock, lambda: self.knowledge.limits)
         self.threads = Threads(self.driver, self.clock, self.knowledge)
         self.ledger = Ledger(self.driver, self.clock)
@@ -106,6 +111,8 @@ class Hub:
         self.started = True
 
     async def stop(self) -> None:
+        if self.recall.semantic is not None:
+            self.recall.semantic.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -120,7 +127,7 @@ class Hub:
         await self.driver.close()
         self.started = False
 
-    def add_task(self, coro: Any, name: str) -> None:
+    def add_task(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=name))
 
     async def sweep(self) -> int:

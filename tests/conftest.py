@@ -27,6 +27,10 @@ from gateway.core.config import Config
 from gateway.hub import Hub
 
 BACKENDS = ["sqlite", "postgres"]
+# Most tests rank lexically: loading the model is for the recall tests
+# (tests/unit/recall/conftest.py) and those that check the default install.
+# Servers started as processes read it from the environment.
+os.environ.setdefault("RELAYROOM_SEMANTIC_MODEL", "off")
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -77,6 +81,7 @@ def config(database_url: str, checkmap_dir: Path) -> Config:
         checkmaps=str(checkmap_dir),
         allow_insecure_issuers=True,
         sweep_interval=0.0,
+        semantic_model="off",
     )
 
 

@@ -12,7 +12,7 @@ from gateway.knowledge.inputs import refuse_invisible
 from gateway.knowledge.permissions import require
 from gateway.knowledge.model import LEVELS, Principal, Project, ProjectSettings
 from gateway.knowledge.settings import PRINCIPAL, PRINCIPAL_RULE, SLUG, SLUG_RULE, default_settings, validate_settings
-from gateway.store.base import Driver, read_statement
+from gateway.store.base import Driver
 from gateway.store.queries import Queries, _project
 
 MAX_PLAYBOOK = 60000
@@ -148,7 +148,7 @@ class Accounts:
         unexpanded = tokens.placeholder_message(secret)
         if unexpanded is not None:
             raise Unauthorized(unexpanded, code="invalid_token")
-        row = await read_statement(self.driver, lambda q: q.token_by_hash(tokens.digest(secret)))
+        row = await self.driver.read_statement(lambda q: q.token_by_hash(tokens.digest(secret)))
         if row is None or row["revoked_at"] is not None or not tokens.matches(secret, row["token_hash"]):
             raise Unauthorized("the bearer token is not valid for this gateway (unknown or revoked)", code="invalid_token")
         return Principal(project=_project(row), name=row["principal"], level=row["level"])

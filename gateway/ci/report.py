@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
+from gateway.ci.checkmaps.model import CheckRule
+from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.knowledge.model import Entry, Project
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
@@ -113,20 +115,11 @@ def rank_related(candidates: list[Entry], words: list[str], limit: int = RELATED
     return [e for _, _, e in scored[:limit]]
 
 
-def _file_name(path: Any) -> str | None:
-    return PurePath(str(path)).name if path else None
-
-
-def _checkmap(registry: Any, slug: str) -> Any:
-    """The check map in force for `slug`, or None (no registry, or none for this project)."""
-    snapshot = getattr(registry, "snapshot", None)
-    maps = getattr(snapshot, "maps", None)
-    return maps.get(slug) if isinstance(maps, dict) else None
-
-
-async def checks_report(driver: Driver, project: Project, now: float, registry: Any = None) -> ChecksReport:
-    checkmap = _checkmap(registry, project.slug) if registry is not None else None
-    rules: dict[str, Any] = dict(getattr(checkmap, "checks", {}) or {})
+async def checks_report(
+    driver: Driver, project: Project, now: float, registry: CheckmapRegistry | None = None
+) -> ChecksReport:
+    checkmap = registry.snapshot.maps.get(project.slug) if registry is not None else None
+    rules: dict[str, CheckRule] = dict(checkmap.checks) if checkmap is not None else {}
 
     async def unit(q: Queries) -> ChecksReport:
         summaries = summarise(await q.check_outcomes(project.id))
@@ -136,7 +129,7 @@ async def checks_report(driver: Driver, project: Project, now: float, registry: 
             if registry is not None:
                 rule = rules.get(summary.name)
                 summary.mapped = rule is not None
-                summary.supports = tuple(getattr(rule, "supports", ()) or ())
+                summary.supports = rule.supports if rule is not None else ()
             else:
                 summary.mapped = summary.latest_reason != "unmapped_check"
             if not summary.mapped:
@@ -144,13 +137,13 @@ async def checks_report(driver: Driver, project: Project, now: float, registry: 
                 found = await q.candidates_mentioning(project.id, now, words, RELATED_SCAN)
                 summary.related = rank_related(found, words)
         seen = {s.name for s in summaries}
-        never = [(name, tuple(getattr(rule, "supports", ()) or ())) for name, rule in sorted(rules.items()) if name not in seen]
-        supported = sorted({i for rule in rules.values() for i in getattr(rule, "supports", ()) or ()})
+        never = [(name, rule.supports) for name, rule in sorted(rules.items()) if name not in seen]
+        supported = sorted({i for rule in rules.values() for i in rule.supports})
         entries = await q.entries_by_ids(project.id, supported) if supported else {}
         return ChecksReport(
             checks=summaries,
             mapped_never_seen=never,
-            checkmap_file=_file_name(getattr(checkmap, "file", None)),
+            checkmap_file=PurePath(checkmap.file).name if checkmap is not None else None,
             registry_known=registry is not None,
             statements={entry_id: entry.statement for entry_id, entry in entries.items()},
         )

@@ -20,7 +20,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway.ci.checkmaps.model import CheckMap, Problem
 from gateway.ci.checkmaps.registry import CheckmapRegistry, store_warnings
@@ -29,6 +29,9 @@ from gateway.ci.publish import read_map
 from gateway.cli.main import CommandError, command_group
 from gateway.core.clock import SystemClock
 from gateway.core.config import Config
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 
 def _store_url(args: argparse.Namespace, config: Config) -> str | None:
@@ -121,7 +124,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     checkmap = command_group(sub, "checkmap", "check maps: check")
     check = checkmap.add_parser("check", parents=[store], help="validate every check map; prints FILE:LINE: message per problem")
     check.add_argument("dir", nargs="?", default=None, metavar="DIR or FILE",

@@ -15,10 +15,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway.ci_steps import EXAMPLE_URL, STEPS_BY_NAME, unreachable_from_ci
 from gateway.cli.main import CommandError, command_group
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 
 def repository_root(start: Path) -> Path:
@@ -60,7 +63,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     ci = command_group(sub, "ci", "CI: write the attestation step into a repository")
     init = ci.add_parser(
         "init", help="write the GitHub action or the GitLab template into this repository, and print how to use it",

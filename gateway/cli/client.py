@@ -22,13 +22,16 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
 
 from gateway.accounts.tokens import is_placeholder
 from gateway.cli.main import CommandError, print_table
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 DEFAULT_URL = "http://127.0.0.1:8750"
 TIMEOUT = 15.0
@@ -60,9 +63,14 @@ class GatewayClient:
             raise CommandError(_refusal(response))
         return response
 
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """The gateway's answer, a JSON object on every route the client calls."""
+        answer: dict[str, Any] = self._call(method, path, **kwargs).json()
+        return answer
+
     def project_path(self) -> str:
         if self.project is None:
-            self.project = self._call("GET", "/v1/whoami").json()["project"]
+            self.project = self._json("GET", "/v1/whoami")["project"]
         return f"/v1/projects/{quote(self.project, safe='')}"
 
     def recall(self, query: str, kind: str | None, limit: int | None) -> dict[str, Any]:
@@ -71,7 +79,7 @@ class GatewayClient:
             params["kind"] = kind
         if limit is not None:
             params["limit"] = limit
-        return self._call("GET", f"{self.project_path()}/recall", params=params).json()
+        return self._json("GET", f"{self.project_path()}/recall", params=params)
 
     def learn(self, kind: str, statement: str, evidence: str | None, ttl_days: float | None) -> dict[str, Any]:
         body: dict[str, Any] = {"kind": kind, "statement": statement}
@@ -79,7 +87,7 @@ class GatewayClient:
             body["evidence"] = evidence
         if ttl_days is not None:
             body["ttl_days"] = ttl_days
-        return self._call("POST", f"{self.project_path()}/entries", json=body).json()
+        return self._json("POST", f"{self.project_path()}/entries", json=body)
 
     def entries(self, state: str | None, kind: str | None) -> list[dict[str, Any]]:
         """Every entry the token may see, newest first, page after page."""
@@ -90,18 +98,18 @@ class GatewayClient:
             params["kind"] = kind
         found: list[dict[str, Any]] = []
         while True:
-            page = self._call("GET", f"{self.project_path()}/entries", params=params).json()
+            page = self._json("GET", f"{self.project_path()}/entries", params=params)
             found.extend(page["entries"])
             if not page.get("next_cursor"):
                 return found
             params["cursor"] = page["next_cursor"]
 
     def confirm(self, entry_id: str) -> dict[str, Any]:
-        return self._call("POST", f"{self.project_path()}/entries/{quote(entry_id, safe='')}/confirm").json()
+        return self._json("POST", f"{self.project_path()}/entries/{quote(entry_id, safe='')}/confirm")
 
     def refute(self, entry_id: str, reason: str) -> dict[str, Any]:
         path = f"{self.project_path()}/entries/{quote(entry_id, safe='')}/refute"
-        return self._call("POST", path, json={"reason": reason}).json()
+        return self._json("POST", path, json={"reason": reason})
 
     def used(self, recall_id: str, entry_id: str) -> None:
         self._call("POST", f"{self.project_path()}/recall_used", json={"recall_id": recall_id, "entry_id": entry_id})
@@ -258,7 +266,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=None, help=f"the gateway's base URL (default: $RELAYROOM_URL, else {DEFAULT_URL})")
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     recall = sub.add_parser("recall", help="ask a running gateway for trusted knowledge (RELAYROOM_URL, RELAYROOM_TOKEN)")
     recall.add_argument("query", help="what you are about to do, in your own words")
     recall.add_argument("--kind", choices=KINDS, default=None)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 MODULES = (
     "gateway.cli.quickstart",
@@ -15,7 +19,7 @@ MODULES = (
 )
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     """`store` is the parent parser holding `--database-url`, for commands that open the store."""
     for name in MODULES:
         importlib.import_module(name).register(sub, store)

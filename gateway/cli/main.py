@@ -15,7 +15,7 @@ import logging
 import os
 import socket
 import sys
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from gateway import __version__
 from gateway.core.config import Config
@@ -24,18 +24,22 @@ from gateway.core.errors import GatewayError
 if TYPE_CHECKING:
     from gateway.hub import Hub
 
+    # What `add_subparsers` returns: each command module adds its commands to it.
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
+
 
 class CommandError(Exception):
     """A failure to report as one line on stderr."""
 
 
-def open_hub(args: argparse.Namespace) -> Any:
+def open_hub(args: argparse.Namespace) -> Hub:
     from gateway.hub import Hub
 
-    return Hub(Config.from_env(database_url=getattr(args, "database_url", None)))
+    # One-shot commands never recall: no model to load.
+    return Hub(Config.from_env(database_url=getattr(args, "database_url", None), semantic_model="off"))
 
 
-def run_with_hub(work: Callable[[Any, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
+def run_with_hub(work: Callable[[Hub, argparse.Namespace], Awaitable[int]]) -> Callable[[argparse.Namespace], int]:
     """Run `work(hub, args)` with an open store and no background tasks."""
 
     def command(args: argparse.Namespace) -> int:
@@ -95,13 +99,9 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
         log_config=None,
         access_log=False,
         # Python's own loop, not uvloop (which uvicorn[standard] installs and
-        # "auto" would pick): under load uvloop took new connections in late.
-        # 64 clients connecting at once to a gateway busy with recalls: the
-        # last ones' first answers came after up to 1.2 s on the wire (the
-        # server's own time under 130 ms), against 0.1 s on asyncio.  uvloop
-        # is faster on a hello-world route (about 11%), hardly on a recall
-        # or an attestation (2-5% of server CPU, within the noise; paired in
-        # bench/README.md, "2026-12-05").
+        # "auto" would pick): under load uvloop took new connections in late,
+        # and its speed-up on a real request is within the noise
+        # (docs/decisions/0006).
         loop="asyncio",
         proxy_headers=True,
         h11_max_incomplete_event_size=128 * 1024,
@@ -253,7 +253,7 @@ def store_options() -> argparse.ArgumentParser:
     return options
 
 
-def command_group(sub: Any, name: str, help: str) -> Any:
+def command_group(sub: Subcommands, name: str, help: str) -> Subcommands:
     """A command of several actions (`token create`, `token list`, ...):
     given alone, it prints its actions instead of an argparse error."""
     parser = sub.add_parser(name, help=help, description=help)

@@ -26,7 +26,7 @@ to stderr.
 from __future__ import annotations
 
 import argparse
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 import anyio
 import anyio.abc
@@ -52,6 +52,9 @@ from mcp.types import (
 
 from gateway.cli.client import DEFAULT_URL, base_url, token_from_env
 from gateway.cli.main import CommandError
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 TIMEOUT = 30.0
 INTERNAL_ERROR = -32603
@@ -242,7 +245,7 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     about = "speak MCP on stdin/stdout, forwarding every request to a running gateway"
     mcp = sub.add_parser(
         "mcp", help=about, description=about + ": for MCP clients that only start a command.",

@@ -8,9 +8,12 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway.core.config import Config
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 SCHEMA = Path(__file__).resolve().parents[1] / "ci" / "checkmaps" / "checkmap.schema.json"
 
@@ -189,7 +192,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     return cmd_serve(serve_args, sock)
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     from gateway.cli.main import _setting
 
     about = "on an empty store: create project demo, tokens and a check map, print how to connect an agent, then serve"

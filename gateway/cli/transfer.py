@@ -14,10 +14,13 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gateway.cli.main import run_with_hub
 from gateway.hub import Hub
+
+if TYPE_CHECKING:
+    from gateway.cli.main import Subcommands
 
 
 async def _export(hub: Hub, args: argparse.Namespace) -> int:
@@ -56,7 +59,7 @@ async def _import(hub: Hub, args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any, store: Any) -> None:
+def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     export = sub.add_parser("export", parents=[store], help="write a project (entries, supports, audit, ...) as JSON Lines")
     export.add_argument("--project", required=True, metavar="SLUG")
     export.add_argument("--output", default=None, metavar="FILE", help="default: standard output")

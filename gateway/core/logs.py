@@ -9,8 +9,8 @@ The format (`RELAYROOM_LOG_FORMAT`): `json` writes one JSON object per line;
 when it is not (a pipe to a service manager, a container runtime, a file).
 
 Writing: at the default level every request logs a line, and a write(2) of
-its own to the pipe cost about a third of a `/healthz` request's server time.
-Lines logged while the event loop runs are kept and written together once
+its own to the pipe was a large share of a small request's server time
+(docs/decisions/0009).  Lines logged while the event loop runs are kept and written together once
 per loop iteration (`loop.call_soon`), so a busy server makes one write for
 many requests; a line logged outside the loop, a warning or worse, or a
 buffer past 64 KiB is written at once.  A process killed by SIGKILL loses at
@@ -48,9 +48,8 @@ def note(logger: logging.Logger, msg: str, **facts: object) -> None:
     served, or as a line of their own outside a request, or when the
     request noted such facts already (a webhook delivery that records an
     attestation for each of several projects: each keeps its line).  An
-    attestation's facts were a second line per request, the same request id
-    twice and about a twentieth of the attestation's server time; on the
-    access line they cost a few keys."""
+    attestation's facts on the access line cost a few keys, where a second
+    line cost a write and the request id again."""
     current = REQUEST_FACTS.get()
     if current is not None and current.keys().isdisjoint(facts):
         current.update(facts)
@@ -184,7 +183,7 @@ class LoopBatchingHandler(logging.Handler):
         # logging.Handler makes an RLock in createLock(); other threads (the
         # store's writer) log too.
         assert self.lock is not None
-        return self.lock  # type: ignore[return-value]
+        return self.lock
 
     def close(self) -> None:
         self.flush()

@@ -10,8 +10,6 @@ advertises is what the service refuses.
 
 from __future__ import annotations
 
-from typing import cast
-
 from gateway.core.clock import DAY
 from gateway.core.errors import Invalid
 from gateway.core.visible import describe, first_invisible, first_invisible_in
@@ -27,7 +25,7 @@ MAX_PAGE = 200
 def validate_kind(kind: object, *, field: str = "kind") -> Kind:
     if kind not in KINDS:
         raise Invalid(f"{field} must be one of {', '.join(KINDS)}", code="invalid_kind")
-    return cast(Kind, kind)
+    return kind
 
 
 def validate_state(state: str | None) -> str | None:

@@ -13,6 +13,7 @@ from gateway.core.visible import marked, marked_json
 from gateway.knowledge.model import Entry, Principal
 from gateway.knowledge.permissions import require
 from gateway.store.base import Driver
+from gateway.store.queries import Queries
 
 
 class Ledger:
@@ -48,7 +49,7 @@ class Ledger:
         require(principal, "read_audit")
         project_id = principal.project.id
 
-        async def unit(q: Any) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+        async def unit(q: Queries) -> tuple[list[dict[str, Any]], tuple[int, int]]:
             return await q.audit_rows(project_id, entry_id=entry.id, limit=limit), await q.entry_recall_stats(entry.seq)
 
         rows, (returned, used) = await self.driver.read(unit)
@@ -59,7 +60,7 @@ class Ledger:
         require(principal, "edit_playbook")
         project_id, now = principal.project.id, self.clock.now()
 
-        async def unit(q: Any) -> tuple[str, int]:
+        async def unit(q: Queries) -> tuple[str, int]:
             return marked(await q.playbook(project_id)), await q.count_trusted(project_id, now)
 
         base: tuple[str, int] = await self.driver.read(unit)

@@ -17,6 +17,7 @@ from gateway.core.clock import HOUR, Clock, to_rfc3339
 from gateway.core.cursor import decode_cursor, encode_cursor
 from gateway.core.errors import Conflict, GatewayError, Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
+from gateway.core.metrics import Metrics
 from gateway.knowledge.candidates import write_candidate
 from gateway.knowledge.corrections import retire_replaced
 from gateway.knowledge.model import ContradictionRecord, Entry, Principal, Project, Support
@@ -91,13 +92,12 @@ async def candidate_refusal(q: Queries, project_id: int, principal: str, limit: 
 
 
 class Knowledge:
-    def __init__(self, driver: Driver, clock: Clock, limits: WriteLimits | None = None) -> None:
+    def __init__(self, driver: Driver, clock: Clock, metrics: Metrics, limits: WriteLimits | None = None) -> None:
         self.driver = driver
         self.clock = clock
+        # Counted only after the commit, so a rolled-back move is never counted.
+        self.metrics = metrics
         self.limits = limits or WriteLimits()
-        # Set by the Hub; counted only after the commit, so a rolled-back
-        # move is never counted.
-        self.metrics: Any = None
 
     # -- writing candidates ---------------------------------------------------
 
@@ -219,8 +219,7 @@ class Knowledge:
             return entry
 
         confirmed = await self.driver.write(unit)
-        if self.metrics is not None:
-            self.metrics.promotions.labels("owner").inc()
+        self.metrics.promotions.labels("owner").inc()
         return confirmed
 
     async def refute(self, principal: Principal, entry_id: str, reason: str, *, bulk: bool = False) -> Entry:
@@ -456,7 +455,7 @@ class Knowledge:
         return event_id, effect
 
     def _count_contradiction(self, effect: str | None) -> None:
-        if effect == "contradicted" and self.metrics is not None:
+        if effect == "contradicted":
             self.metrics.contradictions.inc()
 
     @staticmethod

@@ -42,6 +42,7 @@ from gateway.core.errors import Conflict, NotFound
 from gateway.knowledge.model import LEVELS, Entry, ProjectSettings
 from gateway.store.base import Driver
 from gateway.store.queries.checkmaps import PUBLISHED_STATES
+from gateway.store.queries import Queries
 from gateway.store.schema import LATEST_VERSION
 from gateway.store.transfer_sql import INT, REAL, TABLES, TEXT, Column, TransferQueries
 
@@ -86,7 +87,7 @@ class Summary:
 async def export_project(driver: Driver, clock: Clock, slug: str) -> list[dict[str, Any]]:
     """Every record of one project, read on one consistent snapshot."""
 
-    async def unit(q: Any) -> dict[str, list[dict[str, Any]]]:
+    async def unit(q: Queries) -> dict[str, list[dict[str, Any]]]:
         project = await q.project_by_slug(slug)
         if project is None:
             raise NotFound(f"no project {slug!r}", code="project_not_found")
@@ -322,7 +323,7 @@ async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
         demotions_per_hour=int(parsed.project["settings"]["demotions_per_hour"]),
     )
 
-    async def unit(q: Any) -> None:
+    async def unit(q: Queries) -> None:
         if await q.project_by_slug(slug) is not None:
             raise Conflict(
                 f"project {slug!r} already exists on this hub; import only into a hub without it", code="project_exists"

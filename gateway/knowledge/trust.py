@@ -31,8 +31,8 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 STATES = ("candidate", "trusted", "contradicted", "retired")
 CREATED_VIA = ("learn", "extraction", "reflection")
 
-# Picked, not derived: the product text says no specification gives a number
-# for the contradiction window.  Treat 30 days as a starting value.
+# Picked, not derived: no specification gives a number for the
+# contradiction window.  Treat 30 days as a starting value.
 DEFAULT_WINDOW_DAYS = 30.0
 DEFAULT_K = 2
 DEFAULT_DEMOTIONS_PER_HOUR = 10

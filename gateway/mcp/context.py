@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Annotated, Any
 
+from mcp.server import MCPServer
 from pydantic import Field
 
 from gateway.core.errors import GatewayError, NotFound
 from gateway.knowledge.playbook import relayroom_md
 from gateway.mcp.auth import current_principal
 from gateway.mcp.errors import request_error
-from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.query import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from gateway.hub import Hub
@@ -41,7 +42,7 @@ Task = Annotated[
 ]
 
 
-def register_context(server: Any, hub: Hub) -> None:
+def register_context(server: MCPServer[Any], hub: Hub) -> None:
     @server.resource(
         PLAYBOOK_URI,
         name="RELAYROOM.md",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from mcp.server import MCPServer
 from mcp.server._otel import OpenTelemetryMiddleware  # the SDK's documented opt-out: drop it from `middleware`
 from mcp.server.auth.settings import AuthSettings
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.mcpserver.context import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
@@ -30,6 +31,8 @@ from mcp import MCPError
 from mcp.types import CallToolResult, GetPromptResult, InputRequiredResult
 from opentelemetry import trace
 from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway import __version__
 from gateway.accounts.tokens import placeholder_message
@@ -144,17 +147,17 @@ _REFUSALS = {
 class ContractErrorBodies:
     """Rewrite the SDK's non-JSON-RPC refusals into `{"error": {code, message}}`."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         held: dict[str, Any] = {}
         chunks: list[bytes] = []
 
-        async def capture(message: Any) -> None:
+        async def capture(message: Message) -> None:
             if message["type"] == "http.response.start":
                 if message["status"] in _REFUSALS:
                     held["start"] = message
@@ -172,7 +175,7 @@ class ContractErrorBodies:
         await self.app(scope, receive, capture)
 
 
-def _credential(scope: Any) -> str | None:
+def _credential(scope: Scope) -> str | None:
     """The bearer token the request carried ("" for an Authorization header
     of another form), None when it carried no Authorization header."""
     for key, value in scope.get("headers", []):
@@ -182,7 +185,7 @@ def _credential(scope: Any) -> str | None:
     return None
 
 
-async def _send_rewritten(send: Any, start: Any, body: bytes, credential: str | None) -> None:
+async def _send_rewritten(send: Send, start: Message, body: bytes, credential: str | None) -> None:
     status = start["status"]
     try:
         parsed = json.loads(body) if body else None
@@ -210,7 +213,7 @@ async def _send_rewritten(send: Any, start: Any, body: bytes, credential: str | 
     await send({"type": "http.response.body", "body": new_body})
 
 
-def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
+def build_mcp_app(hub: Hub) -> tuple[ASGIApp, StreamableHTTPSessionManager]:
     from gateway.mcp.context import register_context
     from gateway.mcp.tools import register_tools
 
@@ -243,7 +246,7 @@ def build_mcp_app(hub: Hub) -> tuple[Any, Any]:
     return ContractErrorBodies(endpoint_of(app, "/mcp")), server.session_manager
 
 
-def tracing_configured(provider: Any) -> bool:
+def tracing_configured(provider: trace.TracerProvider) -> bool:
     """Whether `provider` (the process's OpenTelemetry tracer provider) is
     one an operator installed: the API's proxy or no-op provider records
     nothing."""
@@ -254,15 +257,14 @@ def untraced(server: MCPServer[Any]) -> None:
     """Leave out the SDK's OpenTelemetry middleware.
 
     It wraps every MCP message in a span, and with no OpenTelemetry SDK in
-    the process the span records nothing. Building it cost 40-60 us of
-    server time per tool call, about a twentieth of a recall through
-    `/mcp` (bench/README.md). `build_mcp_app` decides once, when the app is
+    the process the span records nothing but still costs server time on
+    every tool call (docs/decisions/0008). `build_mcp_app` decides once, when the app is
     built: a process that installs a tracer provider before that (as
     `opentelemetry-instrument relayroom serve` does) keeps the SDK's spans."""
     server.middleware[:] = [m for m in server.middleware if not isinstance(m, OpenTelemetryMiddleware)]
 
 
-def endpoint_of(sdk_app: Any, path: str) -> Any:
+def endpoint_of(sdk_app: Starlette, path: str) -> ASGIApp:
     """The SDK app's `path` endpoint wrapped in the SDK app's own middleware
     (the bearer check and the access-token context), without the Starlette
     app around them.

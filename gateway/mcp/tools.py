@@ -14,9 +14,10 @@ text blob and no schema).  Arguments carry their constraints in the schema
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, TypeVar
 
 import orjson
+from mcp.server import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, TypeAdapter, WithJsonSchema
 
@@ -28,7 +29,7 @@ from gateway.knowledge.model import Entry
 from gateway.mcp.auth import current_principal
 from gateway.mcp.errors import refused
 from gateway.recall.service import DEFAULT_LIMIT, MAX_LIMIT
-from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.query import MAX_QUERY_CHARS
 
 if TYPE_CHECKING:
     from gateway.hub import Hub
@@ -55,8 +56,8 @@ def flat_schema(schema: dict[str, Any]) -> dict[str, Any]:
     The same constraints, published so that a client's validator checks a
     recall answer fast: the Python SDK client validates every result against
     the output schema with `jsonschema`, and resolving a `$ref` per entry and
-    trying an `anyOf` per nullable field cost it about 0.4 ms of a 10-entry
-    recall's 0.9 ms (bench/mcp_overhead.py measures the whole call)."""
+    trying an `anyOf` per nullable field were most of that check
+    (docs/decisions/0012)."""
     defs = schema.get("$defs", {})
 
     def walk(node: Any) -> Any:
@@ -178,10 +179,13 @@ Detail = Annotated[
 ]
 
 
-def _tool(server: Any, annotations: ToolAnnotations) -> Callable[[Any], Any]:
+ToolFunction = TypeVar("ToolFunction", bound=Callable[..., Any])
+
+
+def _tool(server: MCPServer[Any], annotations: ToolAnnotations) -> Callable[[ToolFunction], ToolFunction]:
     """Register a tool with its docstring, dedented, as the description an agent reads."""
 
-    def register(fn: Any) -> Any:
+    def register(fn: ToolFunction) -> ToolFunction:
         server.add_tool(
             fn, title=annotations.title, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations
         )
@@ -212,7 +216,7 @@ REPORT = ToolAnnotations(
 )
 
 
-def register_tools(server: Any, hub: Hub) -> None:
+def register_tools(server: MCPServer[Any], hub: Hub) -> None:
     @_tool(server, RECALL)
     async def recall(query: Query, kind: KindFilter = None, limit: Limit = DEFAULT_LIMIT) -> RecallAnswer:
         """Look up what this project already knows before you act: its conventions, pitfalls, decisions and facts.

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
-from gateway.recall.search import STOP_WORDS, query_words, terms, words
+from gateway.recall.query import STOP_WORDS, query_words, terms, words
 
 # A pasted token has a digit, `_`, `.`, `/`, `\` or `-` in it, or a capital
 # inside lower case (`maxRetries`, `HTTPClient`).  A word in capitals alone

@@ -1,68 +1,55 @@
 """Recall's semantic stage: a sentence-embedding model run by onnxruntime.
 
-Optional: `pip install -e '.[semantic]'` (onnxruntime, tokenizers, numpy; no
-PyTorch) and a model directory named by `RELAYROOM_SEMANTIC_MODEL` holding
-`model.onnx` (a BERT-style encoder: inputs input_ids, attention_mask and
-optionally token_type_ids; output the token states, or one pooled vector
-per text) and `tokenizer.json`.  `RELAYROOM_SEMANTIC_MODEL_SHA256` pins the
-sha256 of `model.onnx`; a file that does not match is not run.
+Which model is decided once, by the hub (`load`, from
+`RELAYROOM_SEMANTIC_MODEL`: by default the model the package installs with,
+`gateway.recall.model`); when it cannot run, the hub logs one line saying why
+and recall stays lexical.  Nothing is ever downloaded.
 
-Whether the stage is on is decided once, by the hub, from its settings
-(`load`): without the setting, the extra or a matching file, the hub logs
-one line saying why and recall stays lexical.  Nothing is ever downloaded.
-
-Everything that runs the model runs on a worker thread (`embed`), never on
-the event loop: one query per recall, and each trusted entry once, by the
-fill job (`fill_once`), outside any transaction.  The vector rows follow
-trust inside the store's transactions (gateway/store/queries/vectors.py);
-the fill replaces the placeholder a promotion leaves.  An entry whose
-vector is not there yet is still found by the lexical stage.
+Everything that runs the model runs on a worker thread, never on the event
+loop: one query per recall, and each trusted entry once, by the fill job
+(`fill_once`), outside any transaction, in batches of entries of similar
+length.  The vector rows follow trust inside the store's transactions
+(gateway/store/queries/vectors.py); the fill replaces the placeholder a
+promotion leaves.  An entry whose vector is not there yet is still found by
+the lexical stage.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import importlib.util
 import logging
 import os
 import threading
-import time
 from collections import OrderedDict, Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
-from gateway.recall.search import words
+from gateway.recall.model import ModelFiles, ModelUnavailable, resolve
+from gateway.recall.query import words
 
 log = logging.getLogger("relayroom.recall")
 
-REQUIRED = ("onnxruntime", "tokenizers", "numpy")
 MAX_TOKENS = 256  # what all-MiniLM-L6-v2 was trained to read; longer texts are cut
-FILL_BATCH = 32
+FILL_BATCH = 256  # placeholders read per round of the fill job
+# Texts per run of the model, of similar length: bigger batches are no faster
+# on CPU, and onnxruntime keeps the memory of its biggest run.
+MODEL_BATCH = 4
 FILL_INTERVAL = 0.5  # seconds between looks for new placeholders (an indexed range)
 QUERY_CACHE = 512
 # Matrices kept per process, least recently asked project dropped first:
 # 200k rows of 384 float32 are about 300 MB.
 MAX_CACHED_ROWS = 200_000
-RECHECK = 10.0  # seconds between full checks of a cached matrix (see project_vectors)
-
-
-class ModelUnavailable(Exception):
-    """Why the semantic stage cannot run (one line, for the log and /readyz)."""
+# A project past this many vectors is held by their signs only (48 bytes an
+# entry instead of 1.5 KB): its nearest are picked by those, then ranked by
+# the cosines of the candidates' own vectors, read from the store.
+DENSE_ROWS = 50_000
+SHORTLIST = 8  # candidates read per nearest entry wanted, for a project held by signs
+PAGE = 5000  # vector rows read at once when a matrix is loaded
 
 
 def entry_text(kind: str, statement: str, evidence: str | None) -> str:
     """What is embedded for an entry."""
     return f"{kind}: {statement}" + (f" ({evidence})" if evidence else "")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class Encoder:
@@ -73,37 +60,37 @@ class Encoder:
     one vector per text is only normalised.  One intra-op thread: a query is
     short, and the gateway shares its cores with the store."""
 
-    def __init__(self, folder: Path, sha256: str | None = None, threads: int = 1) -> None:
-        missing = [name for name in REQUIRED if importlib.util.find_spec(name) is None]
-        if missing:
-            raise ModelUnavailable(f"the semantic extra is not installed (missing {', '.join(missing)}: pip install '.[semantic]')")
-        model_file, tokenizer_file = folder / "model.onnx", folder / "tokenizer.json"
-        for needed in (model_file, tokenizer_file):
-            if not needed.is_file():
-                raise ModelUnavailable(f"{needed} does not exist")
-        digest = file_sha256(model_file)
-        if sha256 is not None and digest != sha256.strip().lower():
-            raise ModelUnavailable(f"{model_file} has sha256 {digest}, not the expected {sha256.strip().lower()}")
-        self.sha256 = digest
-        self.model_id = f"onnx:{digest[:16]}"
-
+    def __init__(self, files: ModelFiles, threads: int = 1) -> None:
         import numpy
         import onnxruntime
         from tokenizers import Tokenizer
 
+        self.sha256 = files.sha256
+        self.model_id = f"onnx:{files.sha256[:16]}"
         self._numpy = numpy
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         try:
-            self.session = onnxruntime.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
-            self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
+            self.session = onnxruntime.InferenceSession(str(files.model), options, providers=["CPUExecutionProvider"])
+            self.tokenizer = Tokenizer.from_file(str(files.tokenizer))
         except Exception as error:  # a corrupt or foreign file: say so, serve lexical recall
-            raise ModelUnavailable(f"{folder} could not be loaded: {error}") from None
+            raise ModelUnavailable(f"{files.model} could not be loaded: {error}") from None
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.enable_padding()
         self.inputs = {i.name for i in self.session.get_inputs()}
         self.dimension = int(self.encode(["dimension probe"]).shape[1])
+
+    def encode_many(self, texts: Sequence[str]) -> Any:
+        """`encode` in runs of `MODEL_BATCH` texts of similar length (a batch
+        is padded to its longest text), rows in the order of `texts`."""
+        np = self._numpy
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(order), MODEL_BATCH):
+            chosen = order[start:start + MODEL_BATCH]
+            out[chosen] = self.encode([texts[i] for i in chosen])
+        return out
 
     def encode(self, texts: Sequence[str]) -> Any:
         np = self._numpy
@@ -126,16 +113,23 @@ class ProjectVectors:
     """One project's trusted vectors as a matrix, with what fusion reads of
     each entry (its kind and its words, for the document frequencies)."""
 
-    stamp: tuple[int, int, int]
+    generation: int  # the project's recall generation it was read at
     seqs: Any  # numpy int64 array
     kinds: list[str]
-    matrix: Any  # (n, dimension) float32, unit rows
+    matrix: Any  # (n, dimension) float32, unit rows; None for a project held by signs
     df: Counter[str] = field(default_factory=Counter)
     row: dict[int, int] = field(default_factory=dict)  # seq -> row of the matrix
-    checked: float = field(default_factory=time.monotonic)  # when the full stamp last matched
+    signs: Any = None  # (n, dimension / 64) uint64: each vector's signs, for a big project
 
-    def __post_init__(self) -> None:
-        self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
+    def trim(self, size: int) -> None:
+        """Keep the first `size` rows (the ones read), and index them by seq."""
+        self.seqs = self.seqs[:size]
+        if self.matrix is not None:
+            self.matrix = self.matrix[:size]
+        if self.signs is not None:
+            self.signs = self.signs[:size]
+        else:  # held by signs, a project's vectors are read back by seq: no index needed
+            self.row = {int(seq): i for i, seq in enumerate(self.seqs)}
 
     @property
     def size(self) -> int:
@@ -145,11 +139,39 @@ class ProjectVectors:
 Nearest = tuple[dict[int, float], list[float], Any]
 
 
-def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int) -> Nearest:
-    """The k nearest rows' cosines (by seq), the top cosines best first, and every row's cosine."""
+def shortlist(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int) -> list[int]:
+    """For a project held by signs: the seqs of the `k` rows whose signs
+    agree most with the question's (of `kind`)."""
     import numpy
 
-    similarity = vectors.matrix @ query_vector
+    query = numpy.packbits(query_vector > 0).view(numpy.uint64)
+    agree = numpy.empty(len(vectors.signs), numpy.int64)
+    for start in range(0, len(agree), 8192):  # in slices: small temporaries, whatever the project's size
+        agree[start:start + 8192] = -numpy.bitwise_count(vectors.signs[start:start + 8192] ^ query).sum(axis=1)
+    if kind is not None:
+        agree = numpy.where(numpy.array([c == kind for c in vectors.kinds]), agree, -(1 << 20))
+    k = min(k, len(agree))
+    return [int(vectors.seqs[i]) for i in numpy.argpartition(-agree, k - 1)[:k] if agree[i] > -(1 << 20)]
+
+
+def cosines(query_vector: Any, rows: list[dict[str, Any]], among: set[int], k: int, also: set[int]) -> tuple[dict[int, float], list[float]]:
+    """The cosines (by seq) of the `k` nearest rows of `among` and of the
+    rows of `also`, and the best two of `among`'s."""
+    import numpy
+
+    found = {int(r["seq"]): float(numpy.frombuffer(r["vector"], dtype=numpy.float32) @ query_vector) for r in rows}
+    best = sorted((seq for seq in found if seq in among), key=lambda seq: -found[seq])
+    keep = set(best[:k]) | also
+    return {seq: c for seq, c in found.items() if seq in keep}, [found[seq] for seq in best[:2]]
+
+
+def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int, similarity: Any = None) -> Nearest:
+    """The k nearest rows' cosines (by seq), the top cosines best first, and
+    every row's cosine (`similarity`, when already computed)."""
+    import numpy
+
+    if similarity is None:
+        similarity = vectors.matrix @ query_vector
     if kind is not None:
         similarity = numpy.where(numpy.array([c == kind for c in vectors.kinds]), similarity, -1.0)
     k = min(k, len(similarity))
@@ -178,6 +200,8 @@ class SemanticStage:
         self._projects: OrderedDict[int, ProjectVectors] = OrderedDict()
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._reloading: dict[int, asyncio.Future[None]] = {}
+        self.driver: Any = None  # set by the hub: background reloads of a matrix read through it
 
     # -- queries -------------------------------------------------------------------
 
@@ -213,51 +237,97 @@ class SemanticStage:
     def _embed_and_rank(self, text: str, project_id: int, kind: str | None, k: int) -> QueryVector:
         vector = self._query_vector(text)
         cached = self._projects.get(project_id)  # one dict lookup: safe beside the loop's own use
-        if cached is None:
+        if cached is None or cached.matrix is None:
             return QueryVector(vector)
         return QueryVector(vector, cached, nearest(cached, vector, kind, k))
 
     async def project_vectors(self, q: Any, project_id: int) -> ProjectVectors | None:
-        """The project's matrix, read again only when its vector rows changed.
-
-        Every recall checks the highest vector id (one index seek): a new
-        vector always raises it.  A deletion (an entry leaving trust) does
-        not, so the full stamp, which scans the project's rows, is checked
-        at most every `RECHECK` seconds; meanwhile a left entry's row may
-        still be in the matrix, and is dropped by the trusted-and-unexpired
-        check every result passes anyway."""
+        """The project's matrix as of its recall generation (every change to
+        what recall shows, a vector written included, moves it in its own
+        transaction).  A project read for the first time is read here; one
+        whose generation moved since is read again in the background while
+        recalls use the matrix they have: it may lack the newest vectors
+        (those entries are found by the lexical stage meanwhile) or hold an
+        entry that left trust (every result is checked against its entry)."""
+        generation = await q.recall_generation(project_id)
         cached = self._projects.get(project_id)
         if cached is not None:
-            if await q.vector_top(project_id, self.model_id) == cached.stamp[1] and time.monotonic() < cached.checked + RECHECK:
-                self._projects.move_to_end(project_id)
-                return cached
-        stamp = await q.vector_stamp(project_id, self.model_id)
-        if stamp[0] == 0:
-            self._projects.pop(project_id, None)
-            return None
-        if cached is not None and cached.stamp == stamp:
-            cached.checked = time.monotonic()
             self._projects.move_to_end(project_id)
+            if cached.generation != generation and self.driver is not None and project_id not in self._reloading:
+                self._reloading[project_id] = asyncio.ensure_future(self._reload(project_id))
             return cached
-        rows = await q.project_vectors(project_id, self.model_id)
-        if not rows:
+        loaded = await self._load(q, project_id, generation)
+        if loaded is not None:
+            self._keep(project_id, loaded)
+        return loaded
+
+    async def _reload(self, project_id: int) -> None:
+        try:
+            generation = await self.driver.read(lambda q: q.recall_generation(project_id))
+            loaded = await self._load(None, project_id, generation)
+            if loaded is None:
+                self._projects.pop(project_id, None)
+            else:
+                self._keep(project_id, loaded)
+        except Exception:  # the next recall tries again; meanwhile the old matrix serves
+            log.exception("reading the recall vectors of project %s failed", project_id)
+        finally:
+            self._reloading.pop(project_id, None)
+
+    async def _load(self, q: Any, project_id: int, generation: int) -> ProjectVectors | None:
+        """The project's vectors, page by page into one matrix (its rows held
+        at once would double a big project's memory while it loads); with
+        no `q`, each page in a read of its own, so the store's reads go on
+        between them."""
+
+        async def read(unit: Any) -> Any:
+            return await unit(q) if q is not None else await self.driver.read(unit)
+
+        count = await read(lambda x: x.count_vectors(project_id, self.model_id))
+        if not count:
             return None
-        # Tens of milliseconds at 10k entries: not on the event loop.
-        loaded = await asyncio.to_thread(self._matrix, stamp, rows)
+        np = self.encoder._numpy
+        dense = count <= DENSE_ROWS
+        loaded = ProjectVectors(generation, np.empty(count, np.int64), [],
+                                np.empty((count, self.encoder.dimension), np.float32) if dense else None)
+        if not dense:
+            loaded.signs = np.empty((count, self.encoder.dimension // 64), np.uint64)
+        after, at = 0, 0
+        while at < count:
+            rows = await read(lambda x, after=after, at=at: x.project_vectors(project_id, self.model_id, after, min(PAGE, count - at)))
+            if not rows:
+                break
+            await asyncio.to_thread(self._fill_matrix, loaded, at, rows)  # milliseconds a page: off the loop
+            at, after = at + len(rows), int(rows[-1]["id"])
+        loaded.trim(at)
+        return loaded
+
+    def _keep(self, project_id: int, loaded: ProjectVectors) -> None:
         self._projects[project_id] = loaded
         self._projects.move_to_end(project_id)
         while len(self._projects) > 1 and sum(p.size for p in self._projects.values()) > MAX_CACHED_ROWS:
             self._projects.popitem(last=False)  # the least recently asked project
-        return loaded
 
-    def _matrix(self, stamp: tuple[int, int, int], rows: list[dict[str, Any]]) -> ProjectVectors:
+    def _fill_matrix(self, loaded: ProjectVectors, at: int, rows: list[dict[str, Any]]) -> None:
         np = self.encoder._numpy
-        matrix = np.frombuffer(b"".join(bytes(r["vector"]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
-        df: Counter[str] = Counter()
-        for r in rows:
-            df.update(set(words(f"{r['statement']} {r['evidence'] or ''}")))
-        seqs = np.array([int(r["seq"]) for r in rows], dtype=np.int64)
-        return ProjectVectors(stamp, seqs, [str(r["kind"]) for r in rows], matrix, df)
+        for i, r in enumerate(rows, at):
+            vector = np.frombuffer(r["vector"], dtype=np.float32)
+            if loaded.matrix is not None:
+                loaded.matrix[i] = vector
+            else:
+                loaded.signs[i] = np.packbits(vector > 0).view(np.uint64)
+            loaded.seqs[i] = int(r["seq"])
+            loaded.kinds.append(str(r["kind"]))
+            loaded.df.update(set(words(f"{r['statement']} {r['evidence'] or ''}")))
+
+    async def settled(self) -> None:
+        """Wait for the matrices being read again (tests, benchmarks)."""
+        while self._reloading:
+            await asyncio.gather(*self._reloading.values(), return_exceptions=True)
+
+    def stop(self) -> None:
+        for reload in self._reloading.values():
+            reload.cancel()
 
     def forget(self) -> None:
         """Drop the cached matrices and query vectors (tests, benchmarks)."""
@@ -273,7 +343,7 @@ class SemanticStage:
         if not rows:
             return 0
         texts = [entry_text(r["kind"], r["statement"], r["evidence"]) for r in rows]
-        matrix = await asyncio.to_thread(self.encoder.encode, texts)
+        matrix = await asyncio.to_thread(self.encoder.encode_many, texts)
         filled = [(int(r["id"]), int(r["seq"]), int(r["project_id"]), matrix[i].tobytes()) for i, r in enumerate(rows)]
         await driver.write(lambda q: q.fill_vectors(self.model_id, filled))
         return len(rows)
@@ -304,18 +374,24 @@ class SemanticStatus:
     model: str | None = None
 
 
-def load(model_dir: str | None, sha256: str | None) -> tuple[SemanticStage | None, SemanticStatus]:
-    """The semantic stage the settings ask for, or None and the reason."""
-    if not model_dir:
-        return None, SemanticStatus("lexical", "no semantic model configured (RELAYROOM_SEMANTIC_MODEL)")
+_ENCODERS: dict[tuple[str, str], Encoder] = {}
+_ENCODERS_LOCK = threading.Lock()
+
+
+def load(setting: str | None, sha256: str | None = None) -> tuple[SemanticStage | None, SemanticStatus]:
+    """The semantic stage the settings ask for, or None and the reason.  The
+    model is loaded once per process (every hub of it shares the session)."""
     # The session's own thread pool is set per session; this keeps a BLAS
     # that numpy or ORT links from starting one thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        encoder = Encoder(Path(model_dir), sha256)
+        files = resolve(setting, sha256)
+        if files is None:
+            return None, SemanticStatus("lexical", "lexical recall alone (RELAYROOM_SEMANTIC_MODEL=off)")
+        with _ENCODERS_LOCK:
+            key = (str(files.model), files.sha256)
+            encoder = _ENCODERS.get(key) or _ENCODERS.setdefault(key, Encoder(files))
     except ModelUnavailable as why:
         return None, SemanticStatus("lexical", f"semantic model not used: {why}")
-    detail = f"fused lexical + semantic ({model_dir}, sha256 {encoder.sha256[:12]}...)"
-    if sha256 is None:
-        detail += "; sha256 not pinned: set RELAYROOM_SEMANTIC_MODEL_SHA256=" + encoder.sha256
+    detail = f"fused lexical + semantic ({files.label}, sha256 {files.sha256[:12]}...)"
     return SemanticStage(encoder), SemanticStatus("fused", detail, encoder.model_id)

@@ -54,7 +54,7 @@ from gateway.knowledge.inputs import validate_kind
 from gateway.knowledge.service import WriteLimits, over_budget
 from gateway.knowledge.model import Entry, Principal
 from gateway.recall import stages
-from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.query import MAX_QUERY_CHARS
 from gateway.recall.semantic import QueryVector, SemanticStage, SemanticStatus
 from gateway.store.base import Driver, read_then_write
 from gateway.store.queries import Queries
@@ -93,7 +93,7 @@ class Recall:
         self.semantic = semantic
         self._refused: dict[tuple[int, str], float] = {}  # (project, principal) -> until when, see _embed_while_searching
         self._counted: dict[tuple[int, str], Counted] = {}  # (project, principal) -> its last count
-        self.status = status or SemanticStatus("lexical", "no semantic model configured (RELAYROOM_SEMANTIC_MODEL)")
+        self.status = status or SemanticStatus("lexical", "lexical recall alone")
 
     async def _within_budget(self, q: Queries, principal: Principal, now: float, *, lock: bool) -> None:
         limit = self.limits().recalls_per_hour
@@ -147,13 +147,13 @@ class Recall:
         recall_id = ""
         stage = self.semantic
         vector: Any = None
-        candidates: tuple[list[tuple[int, float]], Entry | None] = ([], None)
+        candidates: tuple[stages.Hits, Entry | None] = ([], None)
         if stage is not None and query.strip():
             vector, candidates = await self._embed_while_searching(stage, principal, query, kind, limit, now)
 
         async def search(q: Queries) -> list[tuple[Entry, float]]:
             if stage is not None and vector is not None:
-                return await stages.fused(q, stage, vector, candidates, project.id, query, kind, limit, now)
+                return await stages.fused(q, stage, vector, *candidates, project.id, query, kind, limit, now)
             await self._within_budget(q, principal, now, lock=False)  # before the search costs anything
             return await stages.lexical(q, project.id, query, kind, limit, now)
 
@@ -173,7 +173,7 @@ class Recall:
 
     async def _embed_while_searching(
         self, stage: SemanticStage, principal: Principal, query: str, kind: str | None, limit: int, now: float
-    ) -> tuple[QueryVector, tuple[list[tuple[int, float]], Entry | None]]:
+    ) -> tuple[QueryVector, tuple[stages.Hits, Entry | None]]:
         """The query's vector and its nearest rows in the project's cached
         matrix (on a worker thread) and the lexical candidates (a read of the
         store, budget checked first), at the same time: the model is most of
@@ -188,9 +188,11 @@ class Recall:
 
         embedding = asyncio.ensure_future(embed()) if self._refused.get(key, 0.0) <= now else None
 
-        async def lexical(q: Queries) -> tuple[list[tuple[int, float]], Entry | None]:
+        async def lexical(q: Queries) -> tuple[stages.Hits, Entry | None]:
             await self._within_budget(q, principal, now, lock=False)
-            return await q.candidates(principal.project.id, query, kind, max(limit, stages.CANDIDATES), now)
+            hits = await stages.candidates(q, project_id, query, kind, max(limit, stages.CANDIDATES), now)
+            first = (await q.recalled_entries([hits[0][0]])).get(hits[0][0]) if hits else None
+            return hits, first
 
         try:
             candidates = await self.driver.read(lexical)

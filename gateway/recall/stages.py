@@ -1,10 +1,12 @@
 """The two ways a recall is ranked, on one transaction's queries.
 
-`lexical`: the full-text index alone (the plain install), its scores made
-readable by `fusion.lexical_relevance`.  `fused`: the index's candidates and
-the project's nearest vectors, fused by `fusion.fuse`.  The query's vector
-(and its cosines over the cached matrix) is computed before the transaction,
-on a worker thread (`SemanticStage.embed_and_rank`).
+`candidates`: the store's lexical ranking of the question's weighted words
+(`gateway.recall.query.plan`), with the kind hints' lift.  `lexical`: those
+alone (`RELAYROOM_SEMANTIC_MODEL=off`), their scores made readable by
+`fusion.lexical_relevance`.  `fused`: the lexical candidates and the
+project's nearest vectors, fused by `fusion.fuse`.  The query's vector (and
+its cosines over the cached matrix) is computed before the transaction, on
+a worker thread (`SemanticStage.embed_and_rank`).
 """
 
 from __future__ import annotations
@@ -14,17 +16,35 @@ from typing import Any
 
 from gateway.knowledge.model import Entry
 from gateway.recall import fusion
-from gateway.recall.semantic import QueryVector, SemanticStage, nearest
+from gateway.recall.query import plan
+from gateway.recall.semantic import SHORTLIST, QueryVector, SemanticStage, cosines, nearest, shortlist
 
 CANDIDATES = 30  # from each side, before fusion picks the `limit` best
+HEADROOM = 60  # lexical candidates read for the kind hints to reorder
+KIND_BOOST = 1.25  # an entry of a kind the question asks for, lifted this much
+
+Hits = list[tuple[int, float]]
 
 
 def _text(entry: Entry) -> str:
     return f"{entry.statement} {entry.evidence or ''}"
 
 
+async def candidates(q: Any, project_id: int, query: str, kind: str | None, limit: int, now: float) -> Hits:
+    """The best `limit` (seq, score) of the store's lexical ranking, after the kind hints."""
+    shaped = plan(query)
+    if shaped.empty:
+        return []
+    found = await q.lexical(project_id, shaped.terms, kind, max(limit, min(HEADROOM, limit * 3)), now)
+    hinted = shaped.hinted_kinds
+    scored = [(c.seq, c.score * KIND_BOOST if c.kind in hinted else c.score) for c in found]
+    scored.sort(key=lambda item: (-item[1], -item[0]))
+    return scored[:limit]
+
+
 async def lexical(q: Any, project_id: int, query: str, kind: str | None, limit: int, now: float) -> list[tuple[Entry, float]]:
-    return _calibrated(query, await q.search(project_id, query, kind, limit, now))
+    hits = await candidates(q, project_id, query, kind, limit, now)
+    return _calibrated(query, await _live(q, hits, kind, now))
 
 
 def _calibrated(query: str, hits: list[tuple[Entry, float]]) -> list[tuple[Entry, float]]:
@@ -38,7 +58,8 @@ async def fused(
     q: Any,
     stage: SemanticStage,
     query: QueryVector,
-    candidates: tuple[list[tuple[int, float]], Entry | None],
+    hits: Hits,
+    first: Entry | None,
     project_id: int,
     text: str,
     kind: str | None,
@@ -46,40 +67,44 @@ async def fused(
     now: float,
     rule: fusion.FusionRule = fusion.DEFAULT_RULE,
 ) -> list[tuple[Entry, float]]:
-    """`candidates`: the lexical stage's best `max(limit, CANDIDATES)` (seq,
-    score) and the first one's entry, read just before (`Queries.candidates`);
-    `query`: the query's vector, and its nearest rows when they were
-    computed with it (`SemanticStage.embed_and_rank`).  Only the entries
-    fusion picks are read, here, in this snapshot."""
-    hits, first = candidates
+    """`hits`: the lexical stage's best `max(limit, CANDIDATES)`, and
+    `first` the first one's entry, read just before; `query`: the query's
+    vector, and its nearest rows when they were computed with it.  Only the
+    entries fusion picks are read, here, in this snapshot."""
     vectors = await stage.project_vectors(q, project_id)
     if vectors is None:  # no vector yet (a new project, or the fill is still running)
         return _calibrated(text, await _live(q, hits[:limit], kind, now))
-    if query.on is vectors and query.nearest is not None:
-        cosine, top, similarity = query.nearest
+    if vectors.matrix is None:
+        # Held by signs: the shortlist's and the lexical candidates' own
+        # vectors, read in this snapshot, give the cosines.
+        among = set(await asyncio.to_thread(shortlist, vectors, query.vector, kind, CANDIDATES * SHORTLIST))
+        lexical = {seq for seq, _ in hits}
+        rows = await q.vectors_of(sorted(among | lexical), stage.model_id)
+        cosine, top = cosines(query.vector, rows, among, CANDIDATES, lexical)
     else:
-        # The matrix changed since (or was not cached): a matrix product
-        # over the project's rows, about a millisecond at 10k entries, on a
-        # worker thread like the model.
-        cosine, top, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
-    rows = vectors.row
-    for seq, _ in hits:
-        if seq not in cosine and seq in rows:
-            cosine[seq] = float(similarity[rows[seq]])
+        if query.on is vectors and query.nearest is not None:
+            cosine, top, similarity = query.nearest
+        else:
+            # The matrix changed since (or was not cached): a matrix product
+            # over the project's rows, on a worker thread like the model.
+            cosine, top, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
+        for seq, _ in hits:
+            if seq not in cosine and seq in vectors.row:
+                cosine[seq] = float(similarity[vectors.row[seq]])
     readings = fusion.read(
         text, _text(first) if first is not None else None, [score for _, score in hits[:2]], top, vectors.df, rule
     )
     ranked = fusion.fuse(hits, cosine, readings, rule)
-    # Each entry's state is checked here, in this snapshot, the lexical
-    # candidates' with the others.
+    # Each entry's state is checked here, in this snapshot.
     live = (await _live(q, ranked[: limit * 2], kind, now))[:limit]
     return _rescored(live, fusion.relevance(readings, rule))
 
 
-async def _live(q: Any, ranked: list[tuple[int, float]], kind: str | None, now: float) -> list[tuple[Entry, float]]:
+async def _live(q: Any, ranked: Hits, kind: str | None, now: float) -> list[tuple[Entry, float]]:
     """The entries of `ranked` that are trusted now (and of `kind`), read in
-    this snapshot, in `ranked`'s order."""
-    found = await q.entries_by_seqs([seq for seq, _ in ranked]) if ranked else {}
+    this snapshot, in `ranked`'s order: the index holds trusted entries
+    only, but recall is the gate's door, so the entry's own state has the last word."""
+    found = await q.recalled_entries([seq for seq, _ in ranked]) if ranked else {}
     return [
         (found[seq], score) for seq, score in ranked
         if seq in found and found[seq].effective_state(now) == "trusted" and (kind is None or found[seq].kind == kind)

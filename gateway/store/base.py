@@ -1,10 +1,8 @@
 """The one interface both storage backends implement.
 
-A backend hands out transactions (`Tx`): three ways to run SQL written once
-with `?` placeholders, plus the few statements that differ by dialect
-(full-text search, row locks; see dialect.py).  `Queries` (the queries/
-package, one module per domain) holds all the SQL and is the only thing the
-core talks to; it never sees which backend it runs on.
+A backend hands out transactions (`Tx`) that run SQL written once with `?`
+placeholders; `Queries` (the queries/ package) holds all the SQL and is the
+only thing the core talks to (what differs by backend: dialect.py).
 
     write(unit)  runs `await unit(queries)` in one durable transaction and
                  returns its result only after the commit; an exception raised
@@ -13,22 +11,19 @@ core talks to; it never sees which backend it runs on.
                  caller may be answered before the commit reaches the disk.
     read(unit)   runs `await unit(queries)` on a consistent snapshot.
 
-`read_then_write(driver, read, write)` (below) runs a read and then a write
-that records what it found (a recall and its record).  A driver may do both
-in one transaction (PostgreSQL: one REPEATABLE READ transaction, two round
-trips fewer); otherwise they run as `read` then `write`, as on SQLite, whose
-single writer must not wait on searches.
+`Driver` (below) is the backend's interface: the five methods every backend
+has, and the optional features with a default a backend may override:
 
-`write_statement(driver, unit)` (below) is `write` for a unit that sends
-exactly one statement: a driver may run it as that statement's own
-transaction (PostgreSQL: no BEGIN/COMMIT, one round trip instead of three).
-`read_statement(driver, unit)` is the same for `read` (a single statement
-reads one snapshot by itself): the bearer token's lookup on every request.
-
-A driver may also name its database for per-process caches (`cache_key`, a
-string; PostgreSQL's also reaches its `Tx`).  Only facts that may be a
-little old are cached under it (the recall index's table statistics, for a
-minute); never anything that decides access.
+    read_then_write(read, write)  a read, then a write that records what it
+                 found (a recall and its record).  PostgreSQL does both in
+                 one REPEATABLE READ transaction (two round trips fewer); the
+                 default is `read` then `write`, as on SQLite, whose single
+                 writer must not wait on searches.
+    write_statement(unit)  `write` for a unit that sends exactly one
+                 statement: PostgreSQL runs it as that statement's own
+                 transaction (no BEGIN/COMMIT, one round trip instead of three).
+    read_statement(unit)   the same for `read` (a single statement reads one
+                 snapshot by itself): the bearer token's lookup on every request.
 
 A unit awaits nothing but its `Queries`: on SQLite the statements run without
 leaving the event loop, and a unit that slept would hold up the writer.
@@ -36,7 +31,11 @@ leaving the event loop, and a unit that slept would hold up the writer.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol, TypeVar, cast
+import abc
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from gateway.store.queries import Queries
 
 T = TypeVar("T")
 
@@ -53,58 +52,68 @@ class Tx(Protocol):
     async def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None: ...
 
 
-Unit = Callable[[Any], Awaitable[T]]
+Unit = Callable[["Queries"], Awaitable[T]]
 
 
-class Driver(Protocol):
+class Driver(abc.ABC):
+    """A backend.  The abstract methods are what every backend does; the
+    others are optional features, each with a default built on `read` and
+    `write` that a backend overrides where it can do better."""
+
     dialect: str
     url: str
 
+    @abc.abstractmethod
     async def open(self) -> None: ...
 
+    @abc.abstractmethod
     async def close(self) -> None: ...
 
+    @abc.abstractmethod
     async def write(self, unit: Unit[T], *, durable: bool = True) -> T: ...
 
+    @abc.abstractmethod
     async def read(self, unit: Unit[T]) -> T: ...
 
+    @abc.abstractmethod
     async def ping(self) -> bool: ...
+
+    async def read_then_write(
+        self, read: Unit[T], write: Callable[[Queries, T], Awaitable[object]], *, durable: bool = True
+    ) -> T:
+        """`read` on a consistent snapshot, then `write(queries, its result)`
+        committed as `write` commits (durable or not); returns what `read`
+        returned.  By default a `read` and then a `write`, as on SQLite,
+        whose single writer must not wait on searches."""
+        result = await self.read(read)
+
+        async def record(queries: Queries) -> None:
+            await write(queries, result)
+
+        await self.write(record, durable=durable)
+        return result
+
+    async def write_statement(self, unit: Unit[T]) -> T:
+        """`write(unit)` for a unit that sends exactly one statement: a
+        backend may run it as that statement's own transaction.  Same
+        durability and retries as `write`."""
+        return await self.write(unit)
+
+    async def read_statement(self, unit: Unit[T]) -> T:
+        """`read(unit)` for a unit that sends exactly one statement: a
+        backend may run it as that statement's own (implicit) transaction,
+        since one statement sees one snapshot anyway."""
+        return await self.read(unit)
+
 
 
 async def read_then_write(
-    driver: Driver, read: Unit[T], write: Callable[[Any, T], Awaitable[Any]], *, durable: bool = True
+    driver: Driver, read: Unit[T], write: Callable[[Queries, T], Awaitable[object]], *, durable: bool = True
 ) -> T:
-    """`read` on a consistent snapshot, then `write(queries, its result)`
-    committed as `Driver.write` commits (durable or not); returns what `read`
-    returned.  In one transaction where the driver offers it
-    (`read_then_write` method), else a `read` and a `write`."""
-    combined = getattr(driver, "read_then_write", None)
-    if combined is not None:
-        return cast(T, await combined(read, write, durable=durable))
-    result = await driver.read(read)
-
-    async def record(queries: Any) -> None:
-        await write(queries, result)
-
-    await driver.write(record, durable=durable)
-    return result
+    """`driver.read_then_write`, for the callers not moved to the method yet."""
+    return await driver.read_then_write(read, write, durable=durable)
 
 
 async def write_statement(driver: Driver, unit: Unit[T]) -> T:
-    """`driver.write(unit)` for a unit that sends exactly one statement, as
-    that statement's own transaction where the driver offers it
-    (`write_statement` method); same durability and retries as `write`."""
-    single = getattr(driver, "write_statement", None)
-    if single is not None:
-        return cast(T, await single(unit))
-    return await driver.write(unit)
-
-
-async def read_statement(driver: Driver, unit: Unit[T]) -> T:
-    """`driver.read(unit)` for a unit that sends exactly one statement, as
-    that statement's own (implicit) transaction where the driver offers it
-    (`read_statement` method): one statement sees one snapshot anyway."""
-    single = getattr(driver, "read_statement", None)
-    if single is not None:
-        return cast(T, await single(unit))
-    return await driver.read(unit)
+    """`driver.write_statement`, for the callers not moved to the method yet."""
+    return await driver.write_statement(unit)

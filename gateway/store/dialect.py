@@ -12,12 +12,8 @@ instead of testing the backend's name.  Everything here follows from two facts:
   expands a list into `?, ?, ...` and runs a statement per table.
 
 The one writer also makes a shared counter cheap on SQLite and costly on
-PostgreSQL, so the store keeps per-entry recall counts on SQLite only
-(`recall_counters`).
-
-Column types (`{JSON}`, `{BLOB}` ...) differ too; the schema expands those
-(`schema.DIALECT_TYPES`), and full-text search is one index per backend
-(`search_index.index_for`).
+PostgreSQL (`recall_counters`).  Column types differ too
+(`schema.DIALECT_TYPES`), and the recall index (`recall_index.index_for`).
 """
 
 from __future__ import annotations
@@ -40,14 +36,11 @@ class Dialect:
     # The UTC day number of an epoch column; `{column}` is the column.
     utc_day_sql: str
     # Whether the store keeps a per-entry count of times returned
-    # (`recall_counts`, folded from the result rows every hundred recalls:
-    # `gateway.store.queries.recalls.FOLD_RETURNED`), read instead of an
-    # index on `recall_results`.  On SQLite that index's entry-major keys
-    # scatter a recall's results over many leaf pages, each written to the
-    # log at commit; a fold writes each counter page once per hundred
-    # recalls.  PostgreSQL keeps the index: it writes a recall's record in a
-    # REPEATABLE READ transaction beside other recalls, and a counter row
-    # they all update would fail their serialization checks.
+    # (`recall_counts`, `gateway.store.queries.recalls.FOLD_RETURNED`) instead
+    # of an index on `recall_results`, whose entry-major keys scatter a
+    # recall's results over many pages of SQLite's log.  PostgreSQL keeps
+    # the index: recalls writing side by side in snapshot transactions would
+    # fail serialization checks on shared counter rows.
     recall_counters: bool
     # Whether a table's new row always takes an id above every id committed
     # before it, so that the rows above an id read in a snapshot are exactly

@@ -44,14 +44,17 @@ import random
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from gateway.core.errors import Conflict, GatewayError, Unavailable
-from gateway.store.base import T, Unit
+from gateway.store.base import Driver, T, Unit
 from gateway.store.pg_connections import Connections
 from gateway.store.schema import LATEST_VERSION, META_TABLE, MIGRATIONS, expand, for_dialect
-from gateway.store import search_postgres
+from gateway.store import recall_index_pg
+
+if TYPE_CHECKING:
+    from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.store")
 
@@ -166,11 +169,8 @@ def redact(url: str) -> str:
 class PostgresTx:
     dialect = "postgres"
 
-    def __init__(self, conn: Any, cache_key: str | None = None) -> None:
+    def __init__(self, conn: Any) -> None:
         self._conn = conn
-        # The driver's `cache_key`: what may be cached per process about this
-        # database (the recall index's table statistics) is keyed by it.
-        self.cache_key = cache_key
 
     async def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
         record = await self._conn.fetchrow(to_dollar_params(sql), *_args(args))
@@ -187,16 +187,12 @@ class PostgresTx:
             await self._conn.executemany(to_dollar_params(sql), [_args(row) for row in rows])
 
 
-class PostgresDriver:
+class PostgresDriver(Driver):
     dialect = "postgres"
 
     def __init__(self, url: str) -> None:
         self._dsn, self._options = split_url(url)
         self.url = redact(self._dsn)
-        # Names this database for per-process caches (set by open()): the URL
-        # without its password plus the database's oid, so a database dropped
-        # and created again under the same name is another key.
-        self.cache_key: str | None = None
         self._pool: Connections | None = None
         self._gate = asyncio.Semaphore(1)  # made again, for the pool's size and this loop, by open()
 
@@ -209,7 +205,7 @@ class PostgresDriver:
         self._gate = asyncio.Semaphore(self._options["pool_max"])
 
         def connect() -> Awaitable[Any]:
-            return asyncpg.connect(
+            connecting: Awaitable[Any] = asyncpg.connect(
                 self._dsn,
                 timeout=CONNECT_TIMEOUT,
                 command_timeout=timeout_ms / 1000 + 5,
@@ -221,6 +217,7 @@ class PostgresDriver:
                     "application_name": "relayroom-gateway",
                 },
             )
+            return connecting
 
         connections = Connections(connect)
         try:
@@ -237,8 +234,6 @@ class PostgresDriver:
             conn = await asyncpg.connect(self._dsn, timeout=30)
             try:
                 await self._migrate(conn)
-                oid = await conn.fetchval("SELECT oid FROM pg_database WHERE datname = current_database()")
-                self.cache_key = f"{self.url}#{oid}"
             finally:
                 await conn.close()
         except BaseException:
@@ -265,7 +260,7 @@ class PostgresDriver:
                     await self._meta_set(conn, "schema_version", str(version))
                 # The recall index's text search configuration, and its
                 # tables rebuilt when they were built another way.
-                await search_postgres.install(PostgresTx(conn))
+                await recall_index_pg.install(PostgresTx(conn))
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
 
@@ -285,7 +280,7 @@ class PostgresDriver:
     async def ping(self) -> bool:
         try:
             async with self._acquire(timeout=2) as conn:
-                return await conn.fetchval("SELECT 1") == 1
+                return bool(await conn.fetchval("SELECT 1") == 1)
         except Exception:  # readiness reports the failure; it never raises
             return False
 
@@ -306,7 +301,7 @@ class PostgresDriver:
         return await self._write(unit, durable=True, snapshot=False, single=True)
 
     async def read_then_write(
-        self, read: Unit[T], write: Callable[[Any, T], Awaitable[Any]], *, durable: bool = True
+        self, read: Unit[T], write: Callable[[Queries, T], Awaitable[object]], *, durable: bool = True
     ) -> T:
         """`read`, then `write(queries, what read returned)`, in one
         REPEATABLE READ transaction (one snapshot for every statement of
@@ -316,7 +311,7 @@ class PostgresDriver:
         waits for and cannot fail a serialization check.  Retried from the
         start, like `write`, if it ever does."""
 
-        async def unit(queries: Any) -> T:
+        async def unit(queries: Queries) -> T:
             result = await read(queries)
             await write(queries, result)
             return result
@@ -340,12 +335,12 @@ class PostgresDriver:
                 with _server_faults("write"):
                     async with self._acquire() as conn:
                         if single:
-                            return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                            return await unit(Queries(PostgresTx(conn)))
                         if durable and not snapshot:
                             async with conn.transaction():
-                                return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                                return await unit(Queries(PostgresTx(conn)))
                         async with _transaction(conn, begin):
-                            return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                            return await unit(Queries(PostgresTx(conn)))
             except retryable as exc:
                 if attempt >= WRITE_ATTEMPTS:
                     raise Unavailable(
@@ -368,18 +363,18 @@ class PostgresDriver:
         with _server_faults("read"):
             async with self._acquire() as conn:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                    return await unit(Queries(PostgresTx(conn)))
 
     async def read_statement(self, unit: Unit[T]) -> T:
         """`read` for a unit of one statement, outside a transaction block
-        (`gateway.store.base.read_statement`): the statement reads one
+        (`Driver.read_statement`): the statement reads one
         snapshot by itself, and BEGIN and COMMIT would be two round trips
         more."""
         from gateway.store.queries import Queries
 
         with _server_faults("read"):
             async with self._acquire() as conn:
-                return await unit(Queries(PostgresTx(conn, self.cache_key)))
+                return await unit(Queries(PostgresTx(conn)))
 
     @contextlib.asynccontextmanager
     async def _acquire(self, timeout: float = 10.0) -> AsyncIterator[Any]:
@@ -387,10 +382,9 @@ class PostgresDriver:
 
         if self._pool is None:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
-        # Requests queue here, first come first served (asyncpg's pool let a
+        # Requests queue here, first come first served: asyncpg's pool let a
         # newcomer take a connection released for a woken waiter, which then
-        # queued again at the back: at 64 clients on 10 connections, p50 9 ms
-        # but p99 250 ms in bench/attest.py).
+        # queued again at the back and made the tail (docs/decisions/0010).
         pool, gate = self._pool, self._gate
         try:
             async with asyncio.timeout(timeout):

@@ -263,15 +263,9 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
         4,
         [
-            # Recall's semantic stage (gateway/recall/semantic.py).  A row exists
-            # exactly while its entry is trusted: the transaction that moves an
-            # entry into trust inserts it (model and vector NULL, a placeholder)
-            # and the one that takes it out deletes it.  The model runs outside
-            # every transaction, so a background fill replaces the placeholder
-            # by a row with the vector (a fresh id: the id is how a process
-            # notices its cached matrix is stale); a fill that comes after a
-            # demotion finds no placeholder and writes nothing.  The v1 table
-            # was filled by a background job only, so it is rebuilt.
+            # Recall's vectors: a row exactly while its entry is trusted, written
+            # by the trust move as a placeholder (model and vector NULL) that the
+            # background fill completes.  The v1 table is rebuilt.
             "DROP TABLE IF EXISTS entry_vectors",
             """CREATE TABLE entry_vectors (
                 id {ID},
@@ -311,7 +305,7 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             # seconds) looks for, found through an index instead of a scan
             # of the whole table.  On SQLite a sweep's statements run on the
             # event loop, so a scan stalled every request for as long as it
-            # took: about 30 ms with 200k entries in the hub, once a minute.
+            # took, growing with the hub (docs/decisions/0011).
             # Where a table also holds rows the sweep never picks (entries
             # without an expiry, webhook deliveries kept for good), the
             # index is partial, so writing those rows pays nothing; its
@@ -344,6 +338,16 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             ),
             Only("sqlite", "INSERT OR REPLACE INTO recall_counts_folded (one, up_to) "
                            "SELECT 1, COALESCE(MAX(recall_seq), 0) FROM recall_results"),
+        ],
+    ),
+    (
+        8,
+        [
+            # Each project's recall generation (gateway/store/recall_index.py),
+            # and its index's size for BM25 on PostgreSQL (0 on SQLite).
+            "CREATE TABLE IF NOT EXISTS recall_index (project_id {INT} PRIMARY KEY, generation {INT} NOT NULL DEFAULT 0, "
+            "rows {INT} NOT NULL DEFAULT 0, tokens {INT} NOT NULL DEFAULT 0)",
+            "INSERT INTO recall_index (project_id) SELECT id FROM projects WHERE id NOT IN (SELECT project_id FROM recall_index)",
         ],
     ),
     (

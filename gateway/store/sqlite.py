@@ -26,30 +26,25 @@ from pathlib import Path
 from typing import Any
 
 from gateway.core.errors import Unavailable
-from gateway.store.base import T, Unit
-from gateway.store.fts_counts import PhraseCounts
+from gateway.store.base import Driver, T, Unit
 from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
 
 log = logging.getLogger("relayroom.store")
 
 MAX_GROUP = 256
 # The write-ahead log is folded into the database by a connection of its
-# own on a worker thread, after this many commits (SQLite's own automatic
-# checkpoint runs inside the COMMIT that passes 1,000 pages, copying them
-# and syncing the file while every write behind it waits: the slowest
-# recalls were the ones that queued behind it).  A recall commits about six
-# pages, so this is about as often as SQLite would.
+# own on a worker thread, after this many commits: SQLite's own automatic
+# checkpoint runs inside a COMMIT while every write behind it waits, and
+# the slowest recalls were the ones that queued behind it.  About as often
+# as SQLite would, for commits of recall records (docs/decisions/0001).
 CHECKPOINT_EVERY = 150
 
 
 class SqliteTx:
     dialect = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection, counts: PhraseCounts | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
-        # The recall index's phrase counts, kept between searches: only on
-        # the reader's snapshots (see gateway.store.fts_counts).
-        self.phrase_counts = counts
 
     async def one(self, sql: str, *args: Any) -> dict[str, Any] | None:
         row = self._conn.execute(sql, args).fetchone()
@@ -57,12 +52,6 @@ class SqliteTx:
 
     async def all(self, sql: str, *args: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in self._conn.execute(sql, args).fetchall()]
-
-    async def tuples(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-        """Rows as plain tuples (no dict, no sqlite3.Row per row: for reads of many small rows)."""
-        cursor = self._conn.cursor()
-        cursor.row_factory = None
-        return cursor.execute(sql, args).fetchall()
 
     async def run(self, sql: str, *args: Any) -> int:
         return self._conn.execute(sql, args).rowcount
@@ -102,7 +91,7 @@ def _connect(path: str, busy_timeout_ms: int) -> sqlite3.Connection:
     return conn
 
 
-class SqliteDriver:
+class SqliteDriver(Driver):
     dialect = "sqlite"
 
     def __init__(self, path: str, *, busy_timeout_ms: int = 15000) -> None:
@@ -115,7 +104,6 @@ class SqliteDriver:
         self._task: asyncio.Task[None] | None = None
         self._read_lock: asyncio.Lock | None = None
         self._stopped = False
-        self._phrase_counts = PhraseCounts(path)
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpointing: asyncio.Task[None] | None = None
         self._commits = 0
@@ -170,17 +158,10 @@ class SqliteDriver:
         if self._checkpointing is not None:
             await self._checkpointing
             self._checkpointing = None
-        await self._phrase_counts.close()
         for conn in (self._reader, self._writer, self._checkpointer):
             if conn is not None:
                 conn.close()
         self._reader = self._writer = self._checkpointer = None
-
-    async def copies_loaded(self) -> None:
-        """Wait until the recall index copies being loaded in the background
-        are held (`gateway.store.fts_arrays`): for tests and benchmarks,
-        which would otherwise measure FTS5 for the first questions."""
-        await self._phrase_counts.array_tables.settled()
 
     async def ping(self) -> bool:
         try:
@@ -208,20 +189,20 @@ class SqliteDriver:
         async with self._read_lock:
             self._reader.execute("BEGIN")
             try:
-                return await unit(Queries(SqliteTx(self._reader, self._phrase_counts)))
+                return await unit(Queries(SqliteTx(self._reader)))
             finally:
                 self._reader.execute("COMMIT")
 
     async def read_statement(self, unit: Unit[T]) -> T:
         """`read` for a unit of one statement, without BEGIN and COMMIT
-        (`gateway.store.base.read_statement`): the statement is its own read
+        (`Driver.read_statement`): the statement is its own read
         transaction, which ends when its cursor is released (`SqliteTx`
         keeps none past the call that ran it)."""
         from gateway.store.queries import Queries
 
         assert self._reader is not None and self._read_lock is not None
         async with self._read_lock:
-            return await unit(Queries(SqliteTx(self._reader, self._phrase_counts)))
+            return await unit(Queries(SqliteTx(self._reader)))
 
     async def _write_loop(self) -> None:
         """Take whatever is waiting, run it as one transaction, repeat.

@@ -16,9 +16,12 @@ silently left behind by an export.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.store.dialect import Dialect
+
+if TYPE_CHECKING:
+    from gateway.store.queries import Queries
 
 TEXT, REAL, INT = "text", "real", "int"
 
@@ -118,13 +121,10 @@ TABLES: dict[str, Table] = {
 # signed-in browser of the source hub must not be signed in on the target).
 HUB_TABLES = ("meta", "seen_tokens", "webhook_deliveries", "jwks_refreshes", "dashboard_sessions")
 
-# Derived and rebuilt on the target rather than carried: the recall index
-# (in the import's transaction), the optional embedding vectors (keyed by
-# the store's own entry keys; the background fill embeds every trusted entry
-# that has none) and, on a store that keeps them (SQLite), the recall
-# counters and their fold's mark (the imported result rows are folded in the
-# import's transaction; a PostgreSQL target counts the result rows themselves).
-DERIVED_TABLES = ("entry_vectors", "recall_counts", "recall_counts_folded")
+# Derived and rebuilt on the target rather than carried: the recall index and
+# its generation row, the vectors (the fill embeds the trusted entries again),
+# and SQLite's recall counters (folded from the imported result rows).
+DERIVED_TABLES = ("recall_index", "entry_vectors", "recall_counts", "recall_counts_folded")
 
 # What stands in an exported row for the integer link it replaces.
 LINKS = {"entry": "entry_seq", "recall": "recall_seq"}
@@ -137,7 +137,7 @@ def _select(table: Table) -> str:
 class TransferQueries:
     """Export reads and import writes, on one transaction's `Queries`."""
 
-    def __init__(self, queries: Any) -> None:
+    def __init__(self, queries: Queries) -> None:
         self.tx = queries.tx
         self.dialect: Dialect = queries.dialect
 

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from gateway.core.clock import parse_rfc3339, to_rfc3339
 from gateway.core.errors import Invalid
+from gateway.knowledge.model import Entry
 from gateway.knowledge.permissions import require
 from gateway.web.inputs import bearer, hub_of, json_body, principal_for, query_int, query_str, raw_body
 from gateway.web.responses import JSONResponse
@@ -45,7 +46,7 @@ async def create_entry(request: Request) -> Response:
     return created_entry(entry, duplicate, _now(request))
 
 
-def created_entry(entry: Any, duplicate: bool, now: float) -> Response:
+def created_entry(entry: Entry, duplicate: bool, now: float) -> Response:
     """201 with the new entry, or 200 with `duplicate: true` when the statement
     was already a live entry (learn and a proposal's approval answer alike)."""
     payload = entry.to_json(now)
@@ -98,7 +99,7 @@ async def post_event(request: Request) -> Response:
     return JSONResponse({"event_id": event_id, "effect": effect}, status_code=202)
 
 
-def recall_entry_json(entry: Any, score: float, now: float) -> dict[str, Any]:
+def recall_entry_json(entry: Entry, score: float, now: float) -> dict[str, Any]:
     payload = entry.to_json(now)
     payload["score"] = round(score, 6)
     return payload

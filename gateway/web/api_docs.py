@@ -83,7 +83,8 @@ class Group:
 def _resolve(document: S, schema: S) -> S:
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/components/schemas/"):
-        return document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+        resolved: S = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+        return resolved
     return schema
 
 

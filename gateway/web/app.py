@@ -9,31 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import importlib
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from gateway.core.config import Config
 from gateway.hub import Hub
+from gateway.web import api, api_docs, attest, checkmap_api, dashboard, health, openapi, owner_api, pages
 from gateway.web.errors import EXCEPTION_HANDLERS
 from gateway.web.middleware import GuardMiddleware
 
 # The router tries routes in order: CI attestations, the hottest write path,
 # come right after the cheap health routes.
-ROUTE_MODULES = (
-    "gateway.web.health",
-    "gateway.web.attest",
-    "gateway.web.checkmap_api",
-    "gateway.web.api",
-    "gateway.web.owner_api",
-    "gateway.web.pages",
-    "gateway.web.dashboard",
-    "gateway.web.openapi",
-    "gateway.web.api_docs",
-)
+ROUTE_MODULES = (health, attest, checkmap_api, api, owner_api, pages, dashboard, openapi, api_docs)
 
 
 def app_from_env() -> Starlette:
@@ -43,16 +33,11 @@ def app_from_env() -> Starlette:
     config = Config.from_env()
     configure_logging(config.log_level, config.log_format)
     app = build_app(Hub(config))
-    # What is built at start (routes, the MCP SDK's pydantic models) lives as
-    # long as the process: keep it out of the garbage collector's scans, whose
-    # full passes otherwise show up as latency spikes (bench/attest.py: p99
-    # about 40% lower).  Collect first so no garbage is pinned.
+    # What is built at start lives as long as the process: keep it out of the
+    # collector's full passes, which showed as latency spikes, and collect
+    # young objects ten times more rarely (docs/decisions/0003).
     gc.collect()
     gc.freeze()
-    # A request allocates a few hundred short-lived objects; the default
-    # young-generation threshold (700) runs a collection every other CI
-    # attestation.  Ten times that keeps the pauses as short (they scan only
-    # young objects) and ten times rarer.
     gc.set_threshold(7000, 10, 10)
     return app
 
@@ -64,10 +49,7 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
     drive the hub themselves pass False.
     """
     hub = hub or Hub(config or Config.from_env())
-    routes: list[Any] = []
-    for name in ROUTE_MODULES:
-        module = importlib.import_module(name)
-        routes.extend(getattr(module, "routes", []))
+    routes: list[BaseRoute] = [route for module in ROUTE_MODULES for route in module.routes]
 
     from gateway.mcp.server import build_mcp_app
 
@@ -90,7 +72,7 @@ def build_app(hub: Hub | None = None, *, config: Config | None = None, manage_hu
 
     app = Starlette(
         routes=routes,
-        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=EXCEPTION_HANDLERS,
         middleware=[Middleware(GuardMiddleware, metrics=hub.metrics)],
         lifespan=lifespan,
     )

@@ -12,7 +12,6 @@ the same core function as the REST API (`hub.knowledge.confirm`,
 from __future__ import annotations
 
 import secrets
-from typing import Any
 from urllib.parse import quote
 
 from starlette.requests import Request
@@ -22,6 +21,8 @@ from starlette.staticfiles import StaticFiles
 
 from gateway.knowledge import trust
 from gateway.knowledge.corrections import replaced_id
+from gateway.knowledge.model import Entry
+from gateway.accounts.sessions import Session
 from gateway.core.errors import Conflict, GatewayError, Unauthorized
 from gateway.accounts.tokens import digest
 from gateway.web.dashboard_base import (
@@ -172,7 +173,7 @@ async def knowledge(request: Request) -> Response:
     # owner first, then every other entry, each list newest first.  A filter
     # shows one list of what it selects.
     queue = not (state or kind or text)
-    review: list[Any] = []
+    review: list[Entry] = []
     more_to_review = False
     if queue and cursor is None:
         review, rest = await hub.knowledge.list(principal, state="candidate", limit=REVIEW_SIZE)
@@ -232,7 +233,7 @@ async def entry_page(request: Request) -> Response:
     return page("entry.html", ctx)
 
 
-async def _entry_post(request: Request) -> tuple[Any, dict[str, str], str, str]:
+async def _entry_post(request: Request) -> tuple[Session, dict[str, str], str, str]:
     """An owner's form post on one entry: (session, fields, entry id, where to go back)."""
     session, fields = await owner_post(request)
     slug = session.principal.project.slug
@@ -250,7 +251,7 @@ async def confirm(request: Request) -> Response:
     return redirect(with_notice(back, "confirmed", entry_id))
 
 
-async def _confirm_refused(request: Request, session: Any, entry_id: str, exc: GatewayError, back: str) -> Response:
+async def _confirm_refused(request: Request, session: Session, entry_id: str, exc: GatewayError, back: str) -> Response:
     """The page a blocked or pointless confirm answers with: why, by whom, until when."""
     hub = hub_of(request)
     now = hub.clock.now()

@@ -12,7 +12,8 @@ from starlette.responses import RedirectResponse, Response
 
 from gateway.core.errors import Forbidden, GatewayError, NotFound, Unauthorized
 from gateway.web.html import SECURITY_HEADERS, error_page, wants_html
-from gateway.web.session import Session, csrf_token, form_fields, load_session, require_csrf, signing_key
+from gateway.accounts.sessions import Session
+from gateway.web.session import csrf_token, form_fields, load_session, require_csrf, signing_key
 from gateway.web.inputs import hub_of
 from gateway.web.labels import issuer_label, labeller
 

@@ -6,12 +6,12 @@ REST API (`hub.knowledge.retire`, `set_expiry`, `correct`, `bulk`)."""
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.accounts.sessions import Session
 from gateway.core.errors import Invalid
 from gateway.knowledge.service import BULK_ACTIONS, MAX_BULK
 from gateway.web.dashboard_base import context, owner_post, redirect, safe_back, view, with_notice
@@ -27,7 +27,7 @@ def _text(fields: dict[str, str], name: str) -> str | None:
     return value or None
 
 
-async def _entry_post(request: Request) -> tuple[Any, dict[str, str], str, str]:
+async def _entry_post(request: Request) -> tuple[Session, dict[str, str], str, str]:
     session, fields = await owner_post(request)
     slug = session.principal.project.slug
     entry_id = request.path_params["entry_id"]

@@ -11,12 +11,12 @@ import hashlib
 import hmac
 import json
 from typing import Any
-
 from cryptography.fernet import Fernet, InvalidToken
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.accounts.sessions import Session
 from gateway.core.errors import Invalid
 from gateway.knowledge.model import LEVELS
 from gateway.web.dashboard_base import context, owner_post, owner_session, redirect, view, with_notice
@@ -46,7 +46,7 @@ def principals(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(grouped.values(), key=lambda p: p["name"].casefold())
 
 
-async def _tokens_page(request: Request, session: Any, *, created: dict[str, str] | None = None) -> Response:
+async def _tokens_page(request: Request, session: Session, *, created: dict[str, str] | None = None) -> Response:
     hub = hub_of(request)
     rows = await hub.accounts.project_tokens(session.principal, session.token_hash)
     ctx = await context(
@@ -96,16 +96,16 @@ async def _fernet(request: Request) -> Fernet:
     return Fernet(base64.urlsafe_b64encode(key))
 
 
-def _bound_to(session: Any) -> str:
+def _bound_to(session: Session) -> str:
     return hashlib.sha256(b"relayroom-new-token-session:" + session.nonce.encode()).hexdigest()
 
 
-async def seal_new_token(request: Request, session: Any, token: dict[str, str]) -> str:
+async def seal_new_token(request: Request, session: Session, token: dict[str, str]) -> str:
     payload = json.dumps({**token, "session": _bound_to(session)}).encode()
     return (await _fernet(request)).encrypt(payload).decode("ascii")
 
 
-async def open_new_token(request: Request, session: Any, sealed: str | None) -> dict[str, str] | None:
+async def open_new_token(request: Request, session: Session, sealed: str | None) -> dict[str, str] | None:
     """What `seal_new_token` sealed for this very session, within its time;
     None for anything else (no cookie, another session's, expired, forged)."""
     if not sealed or len(sealed) > 1000:

@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, Response
 from gateway.core.clock import to_date, to_rfc3339
 from gateway.core.errors import GatewayError
 from gateway.core.visible import first_invisible, invisible, marker
+from gateway.knowledge.model import Entry
 from gateway.knowledge.trust import blocked_until
 from gateway.web.audit_text import contradiction_reason, describe
 from gateway.web.errors import gateway_error_response
@@ -134,7 +135,7 @@ def _audit_text(context: Any, row: dict[str, Any]) -> str:
     return describe(row.get("action", ""), row.get("detail"), context.get("issuer_label"))
 
 
-def _blocked_until(entry: Any, now: float) -> float | None:
+def _blocked_until(entry: Entry, now: float) -> float | None:
     """Until when a live contradiction blocks an owner's confirm of `entry` (None: it does not)."""
     return blocked_until([c.to_rule() for c in entry.contradictions], now)
 

@@ -3,8 +3,8 @@ httptools parser does not keep.
 
 `relayroom serve` runs uvicorn with httptools (what `uvicorn[standard]`
 picks).  httptools buffers a request line and headers of any size until the
-blank line: a client streaming 150 MB of one header value without a line
-break grew the server by 210 MB, and a connection that never finishes its head
+blank line (a client streaming one endless header value grows the server
+without bound), and a connection that never finishes its head
 is held for ever, and so is one whose body arrives a byte at a time (the
 64 KiB body cap bounds its memory, not its time).  (h11, the pure-Python
 parser, does bound the head through `h11_max_incomplete_event_size`, but
@@ -201,12 +201,8 @@ class BoundedHttpToolsProtocol(asyncio.Protocol):
     and body begins and ends, and the limits act on the connection before the
     inner protocol sees the bytes.  uvicorn is used only through what a
     protocol class passed as `http=` receives and does: its constructor
-    arguments and the asyncio protocol methods.
-
-    Framing every request twice, and the wrapper's calls, cost about 10 us
-    per keep-alive request over the subclass this replaced (a hello app,
-    4,000 sequential requests, three runs: noisy, 2-core machine); an
-    attestation costs about 1 ms."""
+    arguments and the asyncio protocol methods.  Framing every request
+    twice costs a small fraction of any real request (docs/decisions/0007)."""
 
     max_head_bytes = MAX_HEAD_BYTES
     head_timeout = HEAD_TIMEOUT

@@ -42,8 +42,7 @@ def bearer(request: Request) -> str:
 
 
 async def principal_for(request: Request, project_slug: str | None = None) -> Principal:
-    hub = request.app.state.hub
-    principal = await hub.accounts.authenticate(bearer(request))
+    principal = await hub_of(request).accounts.authenticate(bearer(request))
     if project_slug is not None and principal.project.slug != project_slug:
         # A token of project A is worth nothing in B: answer as if B did not exist.
         raise NotFound(f"no project {project_slug!r}", code="project_not_found")

@@ -9,8 +9,10 @@ itself stays on the page as the element's title.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
+from gateway.ci.checkmaps.model import CheckMap
+from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.ci.providers import PROVIDERS, Binding
 from gateway.ci.providers.issuers import issuer_host
 
@@ -50,26 +52,27 @@ def issuer_label(identity: str, bindings: Iterable[Binding] = ()) -> str:
     return f"{name} · {', '.join(details)}" if details else name
 
 
-def _map_in_force(registry: Any, slug: str) -> Any:
-    maps = getattr(getattr(registry, "snapshot", None), "maps", None)
-    return maps.get(slug) if isinstance(maps, dict) else None
+def _map_in_force(registry: CheckmapRegistry, slug: str) -> CheckMap | None:
+    return registry.snapshot.maps.get(slug)
 
 
-def bindings_of(registry: Any, slug: str) -> tuple[Binding, ...]:
-    """The issuer bindings of the check map in force for `slug` (none without a registry)."""
-    return tuple(getattr(_map_in_force(registry, slug), "bindings", ()) or ())
+def bindings_of(registry: CheckmapRegistry, slug: str) -> tuple[Binding, ...]:
+    """The issuer bindings of the check map in force for `slug` (none without one)."""
+    checkmap = _map_in_force(registry, slug)
+    return checkmap.bindings if checkmap is not None else ()
 
 
-def mapped_checks(registry: Any, slug: str) -> dict[str, list[str]]:
+def mapped_checks(registry: CheckmapRegistry, slug: str) -> dict[str, list[str]]:
     """For each entry id, the checks the check map in force says support it."""
+    checkmap = _map_in_force(registry, slug)
     named: dict[str, list[str]] = {}
-    for check, rule in sorted((getattr(_map_in_force(registry, slug), "checks", None) or {}).items()):
+    for check, rule in sorted(checkmap.checks.items() if checkmap is not None else ()):
         for entry_id in rule.supports:
             named.setdefault(entry_id, []).append(check)
     return named
 
 
-def labeller(registry: Any, slug: str) -> Callable[[str], str]:
+def labeller(registry: CheckmapRegistry, slug: str) -> Callable[[str], str]:
     bindings = bindings_of(registry, slug)
     return lambda identity: issuer_label(identity, bindings)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.core.logs import REQUEST_FACTS, REQUEST_ID
+from gateway.core.metrics import Metrics
 from gateway.web.errors import error_response
 
 log = logging.getLogger("relayroom.access")
@@ -23,7 +23,7 @@ class GuardMiddleware:
     tags each request with an id, and writes one access-log line (path and
     status, never a header value, and the facts the route noted)."""
 
-    def __init__(self, app: ASGIApp, metrics: Any = None) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
@@ -68,8 +68,7 @@ class GuardMiddleware:
             REQUEST_FACTS.reset(facts_token)
             elapsed = time.perf_counter() - started
             route = _route_template(scope)
-            if self.metrics is not None:
-                self.metrics.observe_request(scope.get("method", ""), route, status_holder[0], elapsed)
+            self.metrics.observe_request(scope.get("method", ""), route, status_holder[0], elapsed)
             if log.isEnabledFor(logging.INFO):
                 log.info(
                     "request",
@@ -87,7 +86,7 @@ class GuardMiddleware:
 def _route_template(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
-    if path:
+    if isinstance(path, str) and path:
         return path
     raw = scope.get("path", "")
     return "/mcp" if raw.startswith("/mcp") else "unmatched"

@@ -22,7 +22,7 @@ from gateway.knowledge.threads import MAX_AUTHOR, MAX_TEXT, MAX_THREAD_ID
 from gateway.ci.intake import MAX_CHECK, MAX_RUN_URL
 from gateway.ci.publish import MAX_PATH as MAX_CHECKMAP_PATH
 from gateway.recall.service import MAX_LIMIT as MAX_RECALL
-from gateway.recall.search import MAX_QUERY_CHARS
+from gateway.recall.query import MAX_QUERY_CHARS
 from gateway.knowledge.trust import CREATED_VIA, KINDS, STATES
 
 S = dict[str, Any]
@@ -236,14 +236,17 @@ def _query(name: str, schema: S) -> S:
     return {"name": name, "in": "query", "required": False, "allowEmptyValue": True, "schema": schema}
 
 
-LIMIT = lambda maximum: _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})  # noqa: E731
+def _limit(maximum: int) -> S:
+    return _query("limit", {"type": "integer", "minimum": 1, "maximum": maximum})
+
+
 CURSOR = _query("cursor", {"type": "string", "description": "opaque: the next_cursor of the page before (any other value is 422 invalid_cursor)"})
 
 # method, path, level, summary, body schema (or "markdown"), extra params, success status, success schema
 OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("post", "/v1/projects/{project}/entries", "write", "Learn: write a candidate entry", LEARN, [], 201, ENTRY),
     ("get", "/v1/projects/{project}/entries", "read", "List the entries this level may see", None,
-     [_query("state", {"type": "string", "enum": list(STATES)}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_PAGE), CURSOR],
+     [_query("state", {"type": "string", "enum": list(STATES)}), _query("kind", {"type": "string", "enum": list(KINDS)}), _limit(MAX_PAGE), CURSOR],
      200, _obj(["entries", "next_cursor"], {"entries": {"type": "array", "items": ENTRY}, "next_cursor": {"type": "string", "nullable": True}})),
     ("get", "/v1/projects/{project}/entries/{entry_id}", "read", "One entry", None, [_path("entry_id")], 200, ENTRY),
     ("post", "/v1/projects/{project}/entries/{entry_id}/confirm", "owner", "Owner confirms (promotes alone)", None, [_path("entry_id")], 200, ENTRY),
@@ -262,11 +265,11 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
     ("post", "/v1/projects/{project}/events", "write", "Post an event; an error with detail.contradicts demotes", EVENT, [], 202,
      _obj(["event_id", "effect"], {"event_id": STRING, "effect": {"type": "string", "enum": ["contradicted", "duplicate", "none"]}})),
     ("get", "/v1/projects/{project}/recall", "read", "Recall trusted, unexpired entries, best first", None,
-     [_query("q", {"type": "string", "maxLength": MAX_QUERY_CHARS}), _query("kind", {"type": "string", "enum": list(KINDS)}), LIMIT(MAX_RECALL)],
+     [_query("q", {"type": "string", "maxLength": MAX_QUERY_CHARS}), _query("kind", {"type": "string", "enum": list(KINDS)}), _limit(MAX_RECALL)],
      200, _obj(["recall_id", "entries"], {"recall_id": STRING, "entries": {"type": "array", "items": ENTRY}})),
     ("post", "/v1/projects/{project}/recall_used", "read", "Report that a recalled entry shaped the work", RECALL_USED, [], 204, None),
     ("get", "/v1/projects/{project}/audit", "owner", "The append-only audit ledger", None,
-     [_query("entry", STRING), _query("action", STRING), LIMIT(500), CURSOR], 200,
+     [_query("entry", STRING), _query("action", STRING), _limit(500), CURSOR], 200,
      _obj(["rows"], {"rows": {"type": "array", "items": {"type": "object"}}, "next_cursor": {"type": "string", "nullable": True}})),
     ("get", "/v1/projects/{project}/learning", "owner", "Recall-quality figures", None,
      [_query("days", {"type": "integer", "minimum": 1, "maximum": MAX_DAYS})], 200, {"type": "object"}),
@@ -278,7 +281,7 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
      MESSAGE, [_path("thread_id", THREAD_ID)], 201, _obj(["message_id", "candidates"], {"message_id": STRING, "candidates": {"type": "array", "items": STRING}, "duplicates": {"type": "array", "items": STRING}})),
     ("post", "/v1/projects/{project}/proposals", "write", "Propose a reflection", PROPOSAL, [], 201, {"type": "object"}),
     ("get", "/v1/projects/{project}/proposals", "owner", "List proposals", None,
-     [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), LIMIT(MAX_PAGE), CURSOR], 200, {"type": "object"}),
+     [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), _limit(MAX_PAGE), CURSOR], 200, {"type": "object"}),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/approve", "owner", "Approve: registers a candidate", None, [_path("proposal_id")], 201, ENTRY),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/reject", "owner", "Reject a proposal", REASON, [_path("proposal_id")], 200, {"type": "object"}),
     ("get", "/v1/projects/{project}/checkmap", "owner",

@@ -469,8 +469,8 @@ async def test_the_checks_page_lists_every_attested_check(client: Any, acme: Any
 
 
 async def test_checks_use_the_check_map_registry_when_there_is_one(client: Any, acme: Any, hub: Any) -> None:
-    from types import SimpleNamespace
-
+    from gateway.ci.checkmaps.model import CheckMap, CheckRule
+    from gateway.ci.checkmaps.registry import Snapshot
     from gateway.core.ids import new_id
 
     project = await hub.accounts.project("acme")
@@ -478,18 +478,16 @@ async def test_checks_use_the_check_map_registry_when_there_is_one(client: Any, 
     await hub.driver.write(
         lambda q: q.insert_attestation(new_id("at"), project.id, "webhook:canary:acme", "canary", "success", False, "not_success", {}, None, now)
     )
-    rule = SimpleNamespace(supports=("kn_mapped",))
-    registry = hub.checkmaps
-    hub.checkmaps = SimpleNamespace(
-        snapshot=SimpleNamespace(maps={"acme": SimpleNamespace(file="acme.yaml", checks={"canary": rule, "docs": rule})})
-    )
+    checks = {name: CheckRule(name, ("kn_mapped",), None, line) for line, name in enumerate(("canary", "docs"), 2)}
+    snapshot = hub.checkmaps.snapshot
+    hub.checkmaps.snapshot = Snapshot.build([CheckMap("acme", "acme.yaml", "", (), checks)])
     try:
         await login(client, acme.owner)
         text = (await client.get("/projects/acme/checks", headers=HTML)).text
         assert 'data-check="canary" data-mapped="yes"' in text and "kn_mapped" in text
         assert "Mapped, never attested" in text and "docs" in text
     finally:
-        hub.checkmaps = registry
+        hub.checkmaps.snapshot = snapshot
 
 
 async def test_playbook_and_settings_forms(client: Any, acme: Any, hub: Any) -> None:

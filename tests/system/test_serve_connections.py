@@ -2,8 +2,7 @@
 what that loop does with each accepted socket.
 
 The server runs on Python's asyncio loop, not uvloop: under load uvloop took
-new connections in late (up to 1.2 s for the last of 64 clients connecting
-at once; bench/README.md, "2026-12-05").  asyncio turns Nagle's algorithm off
+new connections in late (docs/decisions/0006).  asyncio turns Nagle's algorithm off
 only on sockets created with IPPROTO_TCP, so the listening socket must say
 so, or every answer written in two parts waits for the client's delayed ACK."""
 

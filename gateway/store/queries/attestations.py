@@ -202,14 +202,6 @@ class AttestationQueries(QueryBase):
             row["provenance"] = _load(row["provenance"])
         return rows
 
-    async def check_summary(self, project_id: int) -> list[dict[str, Any]]:
-        """Per check and issuer: how many attestations, how many counted, the last one."""
-        return await self.tx.all(
-            "SELECT check_name, issuer, COUNT(*) AS attestations, SUM(counted) AS counted, MAX(at) AS last_at "
-            "FROM attestations WHERE project_id = ? GROUP BY check_name, issuer ORDER BY check_name, issuer",
-            project_id,
-        )
-
     async def check_outcomes(self, project_id: int) -> list[dict[str, Any]]:
         """Attestations grouped by check, issuer, outcome and whether they counted."""
         return await self.tx.all(

@@ -11,7 +11,7 @@ from gateway.core import jsonio
 from gateway.knowledge.model import Entry, Project, ProjectSettings
 from gateway.store.base import Tx
 from gateway.store.dialect import dialect_of
-from gateway.store.search_index import index_for
+from gateway.store.recall_index import index_for
 
 
 def _dump(value: Any) -> str | None:

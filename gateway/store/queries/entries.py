@@ -56,10 +56,7 @@ class EntryQueries(QueryBase):
         marks = ", ".join("?" for _ in entry_ids)
         rows = await self.tx.all(
             f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            f"WHERE e.project_id = ? AND e.id IN ({marks})",
-            project_id,
-            *entry_ids,
-        )
+            f"WHERE e.project_id = ? AND e.id IN ({marks})", project_id, *entry_ids)
         entries = [_entry(r) for r in rows]
         await self.attach(entries)
         return {e.id: e for e in entries}
@@ -207,7 +204,7 @@ class EntryQueries(QueryBase):
         await self.tx.run("UPDATE entries SET expires_at = ? WHERE seq = ?", expires_at, entry.seq)
         entry.expires_at = expires_at
         if entry.state == "trusted":
-            await self.index.set_expiry(entry)
+            await self.index.changed(entry)
 
     async def corrections_of(self, project_id: int, entry_id: str, limit: int = 20) -> list[Entry]:
         """The entries written as corrections of `entry_id`, newest first.

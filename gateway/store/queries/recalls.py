@@ -1,16 +1,15 @@
-"""Recalls: the search, the record of what it returned, and the uses reported."""
+"""Recalls: the lexical search, the record of what it returned, and the uses reported."""
 
 from __future__ import annotations
-
-from typing import Iterable
 
 from gateway.knowledge.model import ContradictionRecord, Entry, Support
 from gateway.store.queries.common import ENTRY_COLUMNS, _entry, _load
 from gateway.store.queries.entries import EntryQueries
+from gateway.store import recall_index
+from gateway.store.recall_index import Candidate, Terms
 
 
-# Where arrays bind (PostgreSQL): the entries a recall returns, each with its supports and
-# contradictions as arrays of rows (see `Queries._recalled_entries`).
+# Where arrays bind (PostgreSQL): a recall's entries with their supports and contradictions, one statement.
 RECALLED_ENTRIES = (
     f"SELECT {ENTRY_COLUMNS}, "
     "(SELECT array_agg(ROW(s.issuer, s.source, s.attestation_id, s.at) ORDER BY s.id) "
@@ -19,8 +18,7 @@ RECALLED_ENTRIES = (
     "FROM contradictions c WHERE c.entry_seq = e.seq) AS contradictions "
     "FROM entries e JOIN projects p ON p.id = e.project_id WHERE e.seq = ANY(CAST(? AS BIGINT[]))"
 )
-# Where arrays bind (PostgreSQL): a recall and its results in one statement (the results
-# row by row from three arrays; none for a recall that found nothing).
+# Where arrays bind (PostgreSQL): a recall and its results (from three arrays) in one statement.
 INSERT_RECALL = (
     "WITH r AS (INSERT INTO recalls (id, project_id, principal, query, kind, via, returned, at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq) "
@@ -28,15 +26,9 @@ INSERT_RECALL = (
     "SELECT r.seq, x.entry_seq, x.rank, x.score FROM r, "
     "unnest(CAST(? AS BIGINT[]), CAST(? AS BIGINT[]), CAST(? AS DOUBLE PRECISION[])) AS x(entry_seq, rank, score)"
 )
-# Where the store keeps recall counters (SQLite): the results of the recalls
-# after the last fold (`recall_counts_folded.up_to`) and up to a recall seq,
-# added to each entry's count.  A recall writes its result rows only; every
-# FOLD_EVERY-th recall (by seq) folds, in the unit that writes it.  Counting each
-# recall's entries as it was written put up to ten scattered pages of the
-# counters into every commit of a big project's recalls (its counters span
-# dozens of pages), about an eighth of a 10k-entry recall's server time; a fold
-# writes each of those pages once per hundred recalls.  Readers add the
-# rows not folded yet (`RETURNED_SINCE_FOLD`), in the same statement.
+# Where the store keeps recall counters (SQLite): every FOLD_EVERY-th recall adds
+# the results since the last fold to each entry's count (a commit writes the
+# counters' pages once per hundred recalls); readers add `RETURNED_SINCE_FOLD`.
 FOLD_EVERY = 100
 FOLDED_UP_TO = "(SELECT up_to FROM recall_counts_folded)"
 FOLD_RETURNED = (
@@ -51,36 +43,21 @@ RETURNED_SINCE_FOLD = f"SELECT entry_seq FROM recall_results WHERE recall_seq > 
 
 
 class RecallQueries(EntryQueries):
-    async def search(
-        self, project_id: int, query: str, kind: str | None, limit: int, now: float
-    ) -> list[tuple[Entry, float]]:
-        hits = await self.index.search(project_id, query, kind, limit, now)
-        found = await self.index.entries(project_id, [seq for seq, _ in hits], self._fetch_recalled)
-        # Defence in depth: the index holds trusted entries only, but recall
-        # is the gate's door, so the entry's own state has the last word.
-        return [(found[seq], score) for seq, score in hits if seq in found and found[seq].effective_state(now) == "trusted"]
+    async def lexical(
+        self, project_id: int, terms: Terms, kind: str | None, limit: int, now: float
+    ) -> list[Candidate]:
+        """The project's best `limit` trusted, unexpired entries (of `kind`)
+        holding any of the weighted words, by the index's own BM25."""
+        return await self.index.lexical(project_id, terms, kind, limit, now)
 
-    async def candidates(
-        self, project_id: int, query: str, kind: str | None, limit: int, now: float
-    ) -> tuple[list[tuple[int, float]], Entry | None]:
-        """The index's best `limit` (seq, score) and the first one's entry:
-        what the fused ranking reads before it knows which entries it will
-        answer with (their entries are read then, and checked then)."""
-        hits = await self.index.search(project_id, query, kind, limit, now)
-        if not hits:
-            return [], None
-        first = (await self.index.entries(project_id, [hits[0][0]], self._fetch_recalled)).get(hits[0][0])
-        return hits, first
+    async def recall_generation(self, project_id: int) -> int:
+        """The project's recall generation (`gateway.store.recall_index`)."""
+        return await recall_index.generation(self.tx, project_id)
 
-    async def _fetch_recalled(self, seqs: list[int]) -> dict[int, Entry]:
-        if self.dialect.array_params:
-            return await self._recalled_entries(seqs)
-        return await self.entries_by_seqs(seqs)
-
-    async def _recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
-        """`entries_by_seqs` in one statement (arrays bind, PostgreSQL): the rows, their
-        supports and contradictions (each in id order, as `attach` reads
-        them), one SQL text whatever the number of entries."""
+    async def recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
+        """`entries_by_seqs`, in one statement where arrays bind."""
+        if not self.dialect.array_params:
+            return await self.entries_by_seqs(seqs)
         if not seqs:
             return {}
         entries: dict[int, Entry] = {}
@@ -108,9 +85,7 @@ class RecallQueries(EntryQueries):
         results: list[tuple[Entry, float]],
         now: float,
     ) -> None:
-        """The recall and its results; where the store keeps recall counters,
-        the FOLD_EVERY-th recall also folds the results since the last fold
-        into them (see `FOLD_RETURNED`)."""
+        """The recall and its results (and, every FOLD_EVERY-th, the fold)."""
         recall = (recall_id, project_id, principal, query, kind, via, len(results), now)
         if self.dialect.array_params:
             # One statement, one SQL text: the recall and its results.
@@ -149,38 +124,16 @@ class RecallQueries(EntryQueries):
         await self.tx.run(FOLD_RETURNED, up_to)
         await self.tx.run("UPDATE recall_counts_folded SET up_to = ? WHERE up_to < ?", up_to, up_to)
 
-    async def recall_hit(
-        self, project_id: int, recall_id: str, principal: str, entry_id: str
-    ) -> tuple[int, int] | None:
+    async def recall_hit(self, project_id: int, recall_id: str, principal: str, entry_id: str) -> tuple[int, int] | None:
         row = await self.tx.one(
-            "SELECT r.seq AS recall_seq, e.seq AS entry_seq FROM recalls r "
-            "JOIN recall_results rr ON rr.recall_seq = r.seq "
-            "JOIN entries e ON e.seq = rr.entry_seq "
-            "WHERE r.project_id = ? AND r.id = ? AND r.principal = ? AND e.id = ?",
-            project_id,
-            recall_id,
-            principal,
-            entry_id,
+            "SELECT r.seq AS recall_seq, e.seq AS entry_seq FROM recalls r JOIN recall_results rr ON rr.recall_seq = r.seq "
+            "JOIN entries e ON e.seq = rr.entry_seq WHERE r.project_id = ? AND r.id = ? AND r.principal = ? AND e.id = ?",
+            project_id, recall_id, principal, entry_id,
         )
         return (row["recall_seq"], row["entry_seq"]) if row else None
 
     async def insert_recall_use(self, project_id: int, recall_seq: int, entry_seq: int, now: float) -> bool:
-        return bool(
-            await self.tx.run(
-                "INSERT INTO recall_uses (recall_seq, entry_seq, project_id, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                recall_seq,
-                entry_seq,
-                project_id,
-                now,
-            )
-        )
-
-    async def use_counts(self, entry_seqs: Iterable[int]) -> dict[int, int]:
-        seqs = list(entry_seqs)
-        if not seqs:
-            return {}
-        marks = ", ".join("?" for _ in seqs)
-        rows = await self.tx.all(
-            f"SELECT entry_seq, COUNT(*) AS n FROM recall_uses WHERE entry_seq IN ({marks}) GROUP BY entry_seq", *seqs
-        )
-        return {r["entry_seq"]: int(r["n"]) for r in rows}
+        return bool(await self.tx.run(
+            "INSERT INTO recall_uses (recall_seq, entry_seq, project_id, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            recall_seq, entry_seq, project_id, now,
+        ))

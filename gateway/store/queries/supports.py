@@ -21,7 +21,7 @@ class SupportQueries(QueryBase):
         if count:
             entry.supports.append(support)
             if entry.state == "trusted":
-                await self.index.supported(entry)  # what recall shows of it changed
+                await self.index.changed(entry)  # what recall shows of it changed
         return bool(count)
 
     async def support_exists(self, project_id: int, entry_id: str, issuer: str, source: str) -> bool:

@@ -1,16 +1,12 @@
-"""Recall's embedding vectors: one row per trusted entry (schema version 4).
-
-The row set follows trust inside the transaction that moves an entry
-(`track` / `untrack`, called by `EntryQueries.set_state` and the import),
-while the vector itself is computed outside any transaction and written by
-`fill_vectors` in place of the placeholder row.  Readers see only the rows
-that carry a vector of the model they run.
-"""
+"""Recall's embedding vectors: one row per trusted entry, written with the
+trust move (`track` / `untrack`) as a placeholder that `fill_vectors`
+replaces once the vector is computed, outside any transaction."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from gateway.store import recall_index
 from gateway.store.queries.common import QueryBase
 
 
@@ -31,62 +27,45 @@ class VectorQueries(QueryBase):
         """`track`, for a door that makes entries trusted without `set_state` (the import)."""
         await track(self.tx, seq, project_id)
 
-    async def vector_stamp(self, project_id: int, model: str) -> tuple[int, int, int]:
-        """(count, max id, sum of ids) of the project's vectors of `model`:
-        rows are only ever inserted with a fresh id or deleted, so any change
-        of the set changes this (one indexed range, no vector read)."""
-        row = await self.tx.one(
-            "SELECT COUNT(*) AS n, COALESCE(MAX(id), 0) AS top, COALESCE(SUM(id), 0) AS total "
-            "FROM entry_vectors WHERE project_id = ? AND model = ?",
-            project_id,
-            model,
-        )
-        return (int(row["n"]), int(row["top"]), int(row["total"])) if row else (0, 0, 0)
+    async def count_vectors(self, project_id: int, model: str) -> int:
+        row = await self.tx.one("SELECT COUNT(*) AS n FROM entry_vectors WHERE project_id = ? AND model = ?", project_id, model)
+        return int(row["n"]) if row else 0
 
-    async def vector_top(self, project_id: int, model: str) -> int:
-        """The highest id of the project's vectors of `model` (one index
-        seek): it grows with every vector written, whatever else changed."""
-        row = await self.tx.one(
-            "SELECT COALESCE(MAX(id), 0) AS top FROM entry_vectors WHERE project_id = ? AND model = ?", project_id, model
-        )
-        return int(row["top"]) if row else 0
-
-    async def project_vectors(self, project_id: int, model: str) -> list[dict[str, Any]]:
-        """Every vector of the project, with what the fusion reads of its entry."""
+    async def project_vectors(self, project_id: int, model: str, after: int, limit: int) -> list[dict[str, Any]]:
+        """The project's vectors of `model` past row id `after`, in id order
+        (one range of an index), with what the fusion reads of each entry."""
         return await self.tx.all(
-            "SELECT v.seq, e.kind, e.statement, e.evidence, v.vector FROM entry_vectors v "
-            "JOIN entries e ON e.seq = v.seq WHERE v.project_id = ? AND v.model = ? ORDER BY v.seq",
-            project_id,
-            model,
+            "SELECT v.id, v.seq, e.kind, e.statement, e.evidence, v.vector FROM entry_vectors v JOIN entries e ON e.seq = v.seq "
+            "WHERE v.project_id = ? AND v.model = ? AND v.id > ? ORDER BY v.id LIMIT ?",
+            project_id, model, after, limit,
         )
+
+    async def vectors_of(self, seqs: list[int], model: str) -> list[dict[str, Any]]:
+        marks = ", ".join("?" for _ in seqs) or "NULL"
+        return await self.tx.all(f"SELECT seq, vector FROM entry_vectors WHERE seq IN ({marks}) AND model = ?", *seqs, model)
 
     async def pending_vectors(self, model: str, limit: int) -> list[dict[str, Any]]:
         """Trusted entries whose vector is missing or made by another model."""
         sql = (
             "SELECT v.id, v.seq, v.project_id, e.kind, e.statement, e.evidence FROM entry_vectors v "
-            "JOIN entries e ON e.seq = v.seq WHERE {where} ORDER BY v.id LIMIT ?"
+            "JOIN entries e ON e.seq = v.seq WHERE {where} ORDER BY v.model, v.id LIMIT ?"
         )
         rows = await self.tx.all(sql.format(where="v.model IS NULL"), limit)
-        if len(rows) < limit:
-            rows += await self.tx.all(sql.format(where="v.model <> ?"), model, limit - len(rows))
+        # Two ranges of the (model, id) index, empty once every row is of
+        # `model`: `model <> ?` would read the whole index at every look.
+        for other in ("v.model < ?", "v.model > ?"):
+            if len(rows) < limit:
+                rows += await self.tx.all(sql.format(where=other), model, limit - len(rows))
         return rows
 
     async def fill_vectors(self, model: str, filled: list[tuple[int, int, int, bytes]]) -> int:
-        """Replace placeholders (id, seq, project_id) by rows with a vector.
-        A placeholder deleted meanwhile (the entry left trust) stays gone."""
-        written = 0
-        for row_id, seq, project_id, vector in filled:
-            # On PostgreSQL, lock the entry first: a demotion updates that row
-            # before it deletes the vector, so the two cannot interleave (its
-            # delete would otherwise miss the row this inserts).
-            await self.tx.one("SELECT seq FROM entries WHERE seq = ?" + self.dialect.lock_rows(), seq)
-            if await self.tx.run("DELETE FROM entry_vectors WHERE id = ?", row_id):
-                await self.tx.run(
-                    "INSERT INTO entry_vectors (seq, project_id, model, vector) VALUES (?, ?, ?, ?)",
-                    seq,
-                    project_id,
-                    model,
-                    vector,
-                )
-                written += 1
-        return written
+        """Give placeholders (id, seq, project_id) their vector, in place: a
+        placeholder a demotion deleted meanwhile stays gone (the two writes
+        meet on the row, whichever comes first)."""
+        projects: list[int] = []
+        for row_id, _, project_id, vector in filled:
+            if await self.tx.run("UPDATE entry_vectors SET model = ?, vector = ? WHERE id = ?", model, vector, row_id):
+                projects.append(project_id)
+        for project_id in sorted(set(projects)):
+            await recall_index.bump(self.tx, project_id)  # the project's matrix changed
+        return len(projects)

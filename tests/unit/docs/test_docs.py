@@ -79,3 +79,10 @@ def test_no_file_cites_a_document_the_repository_does_not_hold() -> None:
     found = [f"{path.relative_to(ROOT)}:{number}" for path in files if "__pycache__" not in path.parts
              for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if cited.search(line)]
     assert found == []
+
+
+def test_the_readme_is_what_a_user_needs_first() -> None:
+    """Under 2,000 words: the reference lives in docs/, the measurements in
+    bench/JOURNAL.md and the decisions in docs/decisions/."""
+    words = len((ROOT / "README.md").read_text().split())
+    assert words <= 2000, f"README.md has {words} words; move reference or measurements out of it"

@@ -1,5 +1,5 @@
-"""The trust rule (gateway/knowledge/trust.py) as a table of cases and as properties,
-over the pure functions alone (no store, no clock of its own)."""
+"""The trust rule (gateway/knowledge/trust.py) as a table of cases and as
+properties, over the pure functions alone (no store, no clock of its own)."""
 
 from __future__ import annotations
 
@@ -78,13 +78,6 @@ def test_blocked_until_is_latest_live_contradiction() -> None:
     a, b = live("a", age_days=20), live("b", age_days=2)
     decision = trust.on_confirm(EntryFacts("contradicted", contradictions=(a, b)), NOW)
     assert decision.blocked_until == b.until
-
-
-def test_window_is_fixed_when_recorded() -> None:
-    # Recorded under a 30-day window; the setting later shrinks to 1 day.
-    c = live(age_days=5, window=30)
-    decision = trust.on_confirm(EntryFacts("contradicted", contradictions=(c,)), NOW)
-    assert decision.verdict is Verdict.BLOCKED
 
 
 CONTRADICT_CASES = [

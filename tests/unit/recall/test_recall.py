@@ -14,22 +14,10 @@ from hypothesis import strategies as st
 from gateway.core.errors import Invalid
 from gateway.hub import Hub
 from gateway.knowledge.model import Principal
-from gateway.recall.search import (
-    BASELINE,
-    DEFAULT_RANKING,
-    MAX_QUERY_CHARS,
-    PREFIXED,
-    fts5_expression,
-    fts5_match,
-    fuse,
-    hinted_kinds,
-    identifier_parts,
-    plan_query,
-    prune,
-    terms,
-)
+from gateway.recall.query import MAX_QUERY_CHARS, SYNONYM_WEIGHT, hinted_kinds, plan, terms, words
 from gateway.recall.vocabulary import synonyms_for
 from tests.conftest import ProjectTokens, make_project
+from gateway.store.recall_index import fts5_expression, identifier_parts
 from tests.support.helpers import settle
 
 HOSTILE = [
@@ -69,54 +57,16 @@ def test_stop_words_are_dropped_unless_nothing_else_is_left() -> None:
 
 
 def test_the_agents_own_words_outweigh_synonyms() -> None:
-    plan = plan_query("rename the db table", DEFAULT_RANKING)
-    weights = {p.text: p.weight for p in plan.phrases}
-    assert weights["rename"] == DEFAULT_RANKING.original_weight
-    assert weights["database"] == 1 and weights["name"] == 1  # expansions
+    weights = dict(plan("rename the db table").terms)
+    assert weights["rename"] == 1.0 and weights["db"] == 1.0
+    assert weights["database"] == SYNONYM_WEIGHT and weights["name"] == SYNONYM_WEIGHT  # expansions
     assert "the" not in weights
 
 
-def test_prefix_matching_is_for_longer_words_and_off_by_default() -> None:
-    ranking = PREFIXED
-    phrases = {p.text: p.prefix for p in plan_query("config fmt", ranking).phrases}
-    assert phrases["config"] is True and phrases["fmt"] is False
-    assert fts5_match("config", ranking) == '"config"*'
-    assert not any(p.prefix for p in plan_query("config fmt", DEFAULT_RANKING).phrases)
-
-
-def test_prune_sets_aside_common_words_or_ands_them() -> None:
-    plan = plan_query("rename the db table", DEFAULT_RANKING)
-    pruned = prune(plan, {"rename": 3, "db": 5000, "table": 40, "database": 9000}, limit=2000)
-    assert [p.text for p in pruned.originals] == ["rename", "table"] and not pruned.require_all
-    assert "database" not in [p.text for p in pruned.expansions]
-    every = prune(plan, {p.text: 9999 for p in plan.phrases}, limit=2000)
-    assert every.require_all and every.originals == plan.originals and every.expansions == ()
-    assert fts5_expression(every.originals, require_all=True) == '"rename" AND "db" AND "table"'
-    # A word no entry holds brings no row: the common words still answer.
-    typo = prune(plan, {"rename": 0, "db": 5000, "table": 9000}, limit=2000)
-    assert [p.text for p in typo.originals] == ["db", "table"] and typo.require_all
-
-
-def test_prune_keeps_the_rarest_words_within_the_row_budget() -> None:
-    plan = plan_query("rename the db table column", DEFAULT_RANKING)
-    counts = {"rename": 900, "db": 300, "table": 800, "column": 700}
-    pruned = prune(plan, counts, limit=1000, budget=1800)
-    assert [p.text for p in pruned.originals] == ["db", "table", "column"]  # 300 + 700 + 800 (not 900 more), in the question's order
-    assert [p.text for p in prune(plan, counts, limit=1000, budget=100).originals] == ["db"]  # the rarest always
-
-
-def test_fuse_is_the_sum_a_repeated_query_would_give() -> None:
-    assert fuse([(1, 2.0), (2, 1.0)], [(2, 4.0), (3, 8.0)], 4) == {1: 2.0, 2: 2.0, 3: 2.0}
-
-
-def test_the_baseline_ranking_is_plain_bm25_over_the_words() -> None:
-    assert fts5_match("How do I name a migration?", BASELINE) == '"name" OR "migration"'
-
-
 def test_kind_hints() -> None:
-    assert hinted_kinds("any gotchas with the pooler?") == {"pitfall"}
-    assert "decision" in hinted_kinds("why did we choose luxon")
-    assert hinted_kinds("pooler") == frozenset()
+    assert hinted_kinds(words("any gotchas with the pooler?")) == {"pitfall"}
+    assert "decision" in hinted_kinds(words("why did we choose luxon"))
+    assert hinted_kinds(words("pooler")) == frozenset()
 
 
 def test_synonyms_skip_the_word_itself_and_its_plural() -> None:
@@ -142,9 +92,13 @@ def fts() -> sqlite3.Connection:
     return conn
 
 
+def _match(query: str) -> str | None:
+    return fts5_expression([word for word, _ in plan(query).terms])
+
+
 @pytest.mark.parametrize("query", HOSTILE)
 def test_hostile_text_is_always_a_valid_expression(fts: sqlite3.Connection, query: str) -> None:
-    match = fts5_match(query)
+    match = _match(query)
     if match is not None:
         fts.execute("SELECT rowid, bm25(f, 3, 1, 0.5, 1) FROM f WHERE f MATCH ?", (match,)).fetchall()
 
@@ -152,7 +106,7 @@ def test_hostile_text_is_always_a_valid_expression(fts: sqlite3.Connection, quer
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(max_size=MAX_QUERY_CHARS))
 def test_any_text_is_a_valid_expression(fts: sqlite3.Connection, query: str) -> None:
-    match = fts5_match(query)
+    match = _match(query)
     assert match is None or len(match) < 20_000
     if match is not None:
         fts.execute("SELECT rowid FROM f WHERE f MATCH ?", (match,)).fetchall()
@@ -161,7 +115,7 @@ def test_any_text_is_a_valid_expression(fts: sqlite3.Connection, query: str) -> 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(alphabet=st.sampled_from(list('"*^:(){}+-.,;\'\\ NEARORANDNOT\x00😀ab')), max_size=200))
 def test_operator_soup_is_a_valid_expression(fts: sqlite3.Connection, query: str) -> None:
-    match = fts5_match(query)
+    match = _match(query)
     if match is not None:
         fts.execute("SELECT rowid FROM f WHERE f MATCH ?", (match,)).fetchall()
 
@@ -180,6 +134,8 @@ async def _trusted(hub: Hub, slug: str, items: list[tuple[str, str] | tuple[str,
         entry, _ = await hub.knowledge.learn(owner, kind, statement, evidence)
         await hub.knowledge.confirm(owner, entry.id)
         ids[statement] = entry.id
+    if hub.recall.semantic is not None:
+        await hub.recall.semantic.fill_all(hub.driver)
     return ids
 
 
@@ -217,7 +173,6 @@ PARAPHRASES: list[tuple[str, str]] = [
 ]
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_paraphrased_questions_find_the_right_entry_first(hub: Hub, acme: ProjectTokens) -> None:
     ids = await _trusted(hub, "acme", FIXTURE_SET)
     reader = await _reader(hub, acme.reader)
@@ -309,16 +264,12 @@ async def test_limit_is_respected_and_every_recall_is_recorded(hub: Hub, acme: P
     assert [r["entry_seq"] for r in rows] == [e.seq for e, _ in results]
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_a_big_project_sets_common_words_aside_and_still_finds_the_rare_answer(hub: Hub, acme: ProjectTokens) -> None:
-    """Past COMMON_ROWS matches the index prunes words that match thousands
-    of rows; the entry holding the rare word must still come first, with
-    and without a kind filter."""
-    from gateway.recall.search import COMMON_ROWS, identifier_parts
-
+async def test_a_big_project_still_finds_the_rare_answer(hub: Hub, acme: ProjectTokens) -> None:
+    """With 400 entries sharing the question's common words, the entry
+    holding its rare words comes first, with and without a kind filter."""
     project = (await hub.accounts.project("acme"))
     now = hub.clock.now()
-    count = COMMON_ROWS + 500
+    count = 400
 
     async def bulk(q: Any) -> None:
         top = await q.tx.one("SELECT COALESCE(MAX(seq), 0) AS s FROM entries")
@@ -330,6 +281,8 @@ async def test_a_big_project_sets_common_words_aside_and_still_finds_the_rare_an
             [(f"kn_bulk_{i}", project.id, kind, s, s.casefold(), now, now) for i, (s, kind) in enumerate(rows)],
         )
         await q.index.add_many(project.id, [(first + i, kind, None, s, None) for i, (s, kind) in enumerate(rows)])
+        for i in range(count):
+            await q.track_vector(first + i, project.id)
 
     await hub.driver.write(bulk)
     rare = await _trusted(hub, "acme", [("pitfall", "Deploy logs rotate at midnight and drop the last line.")])
@@ -340,122 +293,47 @@ async def test_a_big_project_sets_common_words_aside_and_still_finds_the_rare_an
     _, common_only = await hub.recall.recall(reader, "deploy logs stdout", None, 5)
     assert len(common_only) == 5 and all("stdout" in e.statement for e, _ in common_only)
     _, with_a_typo = await hub.recall.recall(reader, "deploy logs stdotu", None, 5)
-    assert len(with_a_typo) == 5 and all("deploy logs" in e.statement for e, _ in with_a_typo)
+    assert len(with_a_typo) == 5 and all("deploy logs" in e.statement.lower() for e, _ in with_a_typo)
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_a_small_projects_one_query_ranks_as_the_two_fused_queries(hub: Hub, acme: ProjectTokens) -> None:
-    """When every matching row fits in one answer, the index ranks with one
-    query (the agent's words repeated); the scores must be those of the two
-    queries `fuse` adds, whatever the question."""
-    from gateway.recall.search import DEFAULT_RANKING, fts5_expression, fuse, plan_query
-    from gateway.store.search_index import SqliteFtsIndex
-
-    await _trusted(hub, "acme", FIXTURE_SET)
-    project = await hub.accounts.project("acme")
-    table = SqliteFtsIndex.table(project.id)
-    r = DEFAULT_RANKING
-    score = f"bm25({table}, {r.statement_weight!r}, {r.evidence_weight!r}, {r.kind_weight!r}, {r.aliases_weight!r})"
-    sql = f"SELECT rowid AS seq, -{score} AS score FROM {table} WHERE {table} MATCH ? ORDER BY score DESC LIMIT 100"
-    used_one_query = 0
-    for question, _ in PARAPHRASES + [("how should I name the database migration when the test run fails in CI", "")]:
-        plan = plan_query(question)
-
-        async def both(q: Any) -> tuple[dict[int, float], dict[int, float]]:
-            index = SqliteFtsIndex(q.tx)
-            ours = await index._ranked(project.id, plan, None, 30, DEFAULT_RANKING)
-            lists = []
-            for phrases in (plan.originals, plan.expansions):
-                expression = fts5_expression(phrases)
-                rows = await q.tx.all(sql, expression) if expression else []
-                lists.append([(int(x["seq"]), float(x["score"])) for x in rows])
-            return ours, fuse(lists[0], lists[1], plan.original_weight)
-
-        ours, reference = await hub.driver.read(both)
-        used_one_query += len(reference) <= 30
-        assert ours.keys() == reference.keys(), question
-        for seq, value in reference.items():
-            assert ours[seq] == pytest.approx(value, rel=1e-9), question
-    assert used_one_query == len(PARAPHRASES) + 1  # the fixture set is small: every question took the one-query path
-
-
-@pytest.mark.parametrize("big", [False, True], ids=["held", "packed"])
-async def test_what_recall_shows_of_an_entry_follows_it_while_it_stays_trusted(
-    hub: Hub, acme: ProjectTokens, backend: str, monkeypatch: pytest.MonkeyPatch, big: bool
-) -> None:
-    """On SQLite a reader keeps the entries a recall returned with the index's
-    version (gateway.store.fts_counts): the same question asked again reads
-    none of them (a small project's are the same objects; a big project's
-    are kept packed, gateway.store.packed_entries, and unpacked as fresh
-    objects no caller can change), and a change a recall shows (a new
-    support, a new expiry) is in the very next answer on both stores."""
+async def test_what_recall_shows_of_an_entry_follows_it_and_moves_the_generation(hub: Hub, acme: ProjectTokens) -> None:
+    """A change a recall shows (a new support, a new expiry, a promotion, a
+    refutation) is in the very next answer, and moves the project's recall
+    generation in its own transaction: the one key a process may keep what
+    it derived from the index under."""
     from gateway.knowledge.model import Support
-    from gateway.store import search_index
-    from gateway.store.queries import Queries
 
-    if big:
-        monkeypatch.setattr(search_index, "HELD_ROWS", 0)
+    project = await hub.accounts.project("acme")
+
+    async def generation() -> int:
+        return int(await hub.driver.read(lambda q: q.recall_generation(project.id)))
+
+    before = await generation()
     ids = await _trusted(hub, "acme", [("fact", "Nightly builds publish to the staging bucket.")])
     entry_id = ids["Nightly builds publish to the staging bucket."]
     reader = await _reader(hub, acme.reader)
-    fetched: list[list[int]] = []
-    fetch = Queries.entries_by_seqs
-
-    async def counted(self: Queries, seqs: list[int]) -> Any:
-        fetched.append(list(seqs))
-        return await fetch(self, seqs)
-
-    monkeypatch.setattr(Queries, "entries_by_seqs", counted)
+    promoted = await generation()
+    assert promoted > before
 
     async def shown() -> Any:
         _, results = await hub.recall.recall(reader, "where do nightly builds publish")
-        assert [e.id for e, _ in results] == [entry_id]
-        return results[0][0]
+        return results[0][0] if results else None
 
     first = await shown()
-    assert first.supports == [] and first.expires_at is None
-    again = await shown()
-    if backend == "sqlite":
-        assert len(fetched) == 1, "the second recall read its entry again"
-        assert (again == first and again is not first) if big else again is first
-    if big:
-        first.supports.append(Support(issuer="forged", source="x", attestation_id=None, at=0.0))
-        assert (await shown()).supports == [], "a caller's change reached the kept entry"
-    project = await hub.accounts.project("acme")
+    assert first.id == entry_id and first.supports == [] and first.expires_at is None
+    assert await generation() == promoted  # a recall changes nothing
     now = hub.clock.now()
     support = Support(issuer="oidc:ci.example.com:acme", source="nightly", attestation_id="at_1", at=now)
     outcome = await hub.driver.write(lambda q: hub.knowledge.apply_support(q, project, entry_id, support, now))
     assert outcome is not None and not outcome.duplicate
-    supported = await shown()
-    assert [s.issuer for s in supported.supports] == ["oidc:ci.example.com:acme"]
+    assert [s.issuer for s in (await shown()).supports] == ["oidc:ci.example.com:acme"]
+    supported = await generation()
+    assert supported > promoted
     owner = await hub.accounts.authenticate(acme.owner)
     await hub.knowledge.set_expiry(owner, entry_id, expires_at=now + 86400.0)
     assert (await shown()).expires_at == now + 86400.0
-    await shown()
-    if backend == "sqlite":
-        assert len(fetched) == 3  # read again after each change, and only then
-
-
-@pytest.mark.parametrize("big", [False, True], ids=["held", "packed"])
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_answers_kept_past_the_bound_are_all_still_returned(
-    hub: Hub, acme: ProjectTokens, monkeypatch: pytest.MonkeyPatch, big: bool
-) -> None:
-    """When the kept entries (a big project's: packed) pass their
-    process-wide bound they are dropped, and a recall that had some of its
-    answers kept still returns them all."""
-    from gateway.store import fts_counts, search_index
-
-    if big:
-        monkeypatch.setattr(search_index, "HELD_ROWS", 0)
-    if big:
-        monkeypatch.setattr(fts_counts, "packed_size", lambda packed: 1)
-        monkeypatch.setattr(fts_counts, "MAX_PACKED_BYTES", 2)
-    else:
-        monkeypatch.setattr(fts_counts, "MAX_KEPT_ENTRIES", 2)
-    ids = await _trusted(hub, "acme", [("fact", f"Nightly job {n} uploads the coverage report.") for n in range(3)])
-    reader = await _reader(hub, acme.reader)
-    _, first = await hub.recall.recall(reader, "which nightly job uploads the coverage report", None, 2)
-    assert len(first) == 2  # two kept: the bound is full
-    _, every = await hub.recall.recall(reader, "which nightly job uploads the coverage report", None, 3)
-    assert sorted(e.id for e, _ in every) == sorted(ids.values())
+    expiring = await generation()
+    assert expiring > supported
+    await hub.knowledge.refute(owner, entry_id, "moved to the release bucket")
+    assert await shown() is None
+    assert await generation() > expiring

@@ -7,7 +7,6 @@ from typing import Any
 
 from gateway.hub import Hub
 from gateway.knowledge.model import Support
-from gateway.store.base import write_statement
 from gateway.store.queries.attestations import Recorded, Replay
 from tests.conftest import make_project
 from tests.support.attest_fixtures import learn
@@ -23,7 +22,7 @@ async def rerun(hub: Hub, replay: Replay, supports: tuple[str, ...], *, slug: st
                                                "success", reason, {"run": replay.key}, None, at)
         return found
 
-    return await write_statement(hub.driver, unit)
+    return await hub.driver.write_statement(unit)
 
 
 async def counts(hub: Hub) -> tuple[int, int, int]:

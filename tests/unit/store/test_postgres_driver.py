@@ -17,10 +17,7 @@ import pytest
 
 from gateway.core.errors import GatewayError, Unavailable
 from gateway.hub import Hub
-from gateway.recall.search import DEFAULT_RANKING
 from gateway.store.postgres import PostgresDriver, _plain, affected_rows, redact, split_url, to_dollar_params
-from gateway.store.pg_prefix_ranking import rank_weights
-from gateway.store.pg_tsquery import lexeme
 from gateway.store.schema import LATEST_VERSION
 from tests.conftest import ProjectTokens, free_port
 from tests.support.pg import open_postgres
@@ -74,12 +71,6 @@ def test_numeric_aggregates_read_as_plain_numbers() -> None:
     assert _plain(Decimal("13")) == 13 and isinstance(_plain(Decimal("13")), int)
     assert _plain(Decimal("4.5")) == 4.5
     assert _plain("x") == "x"
-
-
-def test_rank_weights_are_scaled_into_range() -> None:
-    weights = rank_weights(DEFAULT_RANKING)
-    assert len(weights) == 4 and max(weights) == 1.0 and min(weights) >= 0.0
-    assert weights[3] == 1.0  # the statement (A) weighs most
 
 
 # -- against a server ---------------------------------------------------------------
@@ -172,25 +163,23 @@ async def test_reads_cannot_write(driver: PostgresDriver) -> None:
         await driver.read(lambda q: q.tx.run("INSERT INTO meta(key, value) VALUES ('r', 'w')"))
 
 
-async def test_any_text_is_a_safe_tsquery_lexeme(driver: PostgresDriver) -> None:
-    """Whatever a phrase holds (quotes, backslashes, operators, colons), its
-    lexeme parses as tsquery input and never as syntax."""
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_any_text_is_a_safe_word_for_the_index(hub: Hub, acme: ProjectTokens) -> None:
+    """Whatever a word holds (quotes, backslashes, operators, colons), the
+    index's statement reads it as text and never as tsquery syntax."""
     rng = random.Random(7)
     alphabet = "ab z'\\\":*&|!()<->-@#%_\n\t\x00é漢🚀"
-    assert lexeme("", False) is None
-    samples = ["'", "\\", "\\'", "''", "a:*", "x & y", "!(", "<->"]
+    samples = ["", "'", "\\", "\\'", "''", "a:*", "x & y", "!(", "<->", "ts", "it's"]
     samples += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(400)]
+    await _trusted(hub, acme, "Deploy logs rotate at midnight.")
+    project = await hub.accounts.project(acme.slug)
 
     async def unit(q: Any) -> None:
         for text in samples:
-            for prefix in (False, True):
-                quoted = lexeme(text, prefix)
-                # Only words are left of a phrase (as of the documents): none, no lexeme.
-                assert (quoted is None) == (not any(c.isalnum() for c in text))
-                if quoted is not None:
-                    await q.tx.one("SELECT to_tsquery('english', ?)::text AS query", quoted)
+            found = await q.lexical(project.id, [(text, 1.0), ("deploy", 0.25)], None, 5, 0.0)
+            assert len(found) == 1
 
-    await driver.read(unit)
+    await hub.driver.read(unit)
 
 
 # -- the recall index, on both backends -------------------------------------------

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 from gateway.store import sqlite as sqlite_store
-from gateway.store.fts_counts import PhraseCounts
 from gateway.store.sqlite import SqliteDriver, SqliteTx
 
 
@@ -65,45 +64,19 @@ async def test_a_write_waits_for_another_connection_holding_the_lock(tmp_path: P
         await driver.close()
 
 
-async def test_kept_phrase_counts_are_counted_again_after_the_index_changes(tmp_path: Path) -> None:
-    conn = sqlite3.connect(tmp_path / "f.db", isolation_level=None)
-    conn.row_factory = sqlite3.Row
-    conn.execute("CREATE VIRTUAL TABLE f USING fts5(a, content='', tokenize='porter unicode61 remove_diacritics 2')")
-    conn.execute("INSERT INTO f (rowid, a) VALUES (1, 'deploy logs')")
-    tx, cache, asked = SqliteTx(conn), PhraseCounts(), []
-
-    async def count(key: Any) -> int:
-        asked.append(key[1])
-        return int(conn.execute("SELECT COUNT(*) FROM f WHERE f MATCH ?", (f'"{key[1]}"',)).fetchone()[0])
-
-    key = (None, "deploy", False)
-    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
-    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
-    assert asked == ["deploy"]  # the second time from the cache
-    conn.execute("INSERT INTO f (rowid, a) VALUES (2, 'deploy again')")
-    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 2}
-    conn.execute("INSERT INTO f (f, rowid, a) VALUES ('delete', 2, 'deploy again')")
-    assert await (await cache.table(tx, "f")).counts([key], count) == {key: 1}
-    assert asked == ["deploy"] * 3
-    assert (await cache.table(tx, "f")).rows == 1
-    conn.close()
-
-
 async def test_a_one_statement_read_sees_the_last_commit_and_keeps_no_snapshot_open(tmp_path: Path) -> None:
     """`read_statement` runs without BEGIN/COMMIT: the statement is its own
     read transaction.  It must see what was committed just before it, and
     hold no snapshot afterwards (a held one would stop a checkpoint from
     emptying the log, which then grows without bound)."""
-    from gateway.store.base import read_statement
-
     driver = await _open(tmp_path / "s.db")
     other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
     try:
         for n in range(3):
             await driver.write(lambda q, n=n: q.tx.run("INSERT INTO t (n) VALUES (?)", n))
-            row = await read_statement(driver, lambda q: q.tx.one("SELECT COUNT(*) AS c, MAX(n) AS top FROM t"))
+            row = await driver.read_statement(lambda q: q.tx.one("SELECT COUNT(*) AS c, MAX(n) AS top FROM t"))
             assert row == {"c": n + 1, "top": n}
-            await read_statement(driver, lambda q: q.tx.one("SELECT n FROM t ORDER BY n"))  # one row of several
+            await driver.read_statement(lambda q: q.tx.one("SELECT n FROM t ORDER BY n"))  # one row of several
             # TRUNCATE waits for no reader: busy (1) if a snapshot were still open.
             assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
             assert (tmp_path / "s.db-wal").stat().st_size == 0

@@ -1,0 +1,247 @@
+"""Recall quality on the evaluation set, through the real recall service.
+
+    .venv/bin/python bench/recall_eval.py                      # fused, as a plain install ranks
+    RELAYROOM_SEMANTIC_MODEL=off .venv/bin/python bench/recall_eval.py   # lexical alone
+    RELAYROOM_DATABASE_URL=postgresql://... .venv/bin/python bench/recall_eval.py   # on PostgreSQL
+    .venv/bin/python bench/recall_eval.py --misses dev         # dev questions whose best answer is not first
+    .venv/bin/python bench/recall_eval.py --sweep              # fusion rules on the dev split (tuning)
+
+The set (bench/recall_eval/*.yaml) holds, per project, entries written in our
+own words from that project's contributor documents, and questions phrased
+the way an agent asks, in other words than the entry, each with the entries
+that answer it (the first listed is the best answer), or none (`relevant:
+[]`: no answer in that project, for the no-answer figure).  Questions are
+split into dev and test by a hash of their text, fixed once: tune on dev,
+read test.
+
+Every entry goes in through the real core (learn, then an owner's confirm),
+the fill job embeds them, and every question is asked with `Recall.recall`
+(what REST and MCP call), in two settings: per project (each project's own
+index, as in production) and pooled (every entry in one project: the other
+projects' entries are distractors).  Figures: MRR@10 over the answerable
+questions, and the AUROC of answerable against unanswerable questions by
+the first result's score (a question with no result scores 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gateway.core.clock import ManualClock  # noqa: E402
+from gateway.core.config import Config  # noqa: E402
+from gateway.hub import Hub  # noqa: E402
+from gateway.knowledge.model import Principal  # noqa: E402
+from gateway.recall import fusion, stages  # noqa: E402
+from gateway.recall.semantic import nearest  # noqa: E402
+
+EVAL_DIR = Path(__file__).resolve().parent / "recall_eval"
+K = 10
+
+
+@dataclass(frozen=True)
+class Query:
+    project: str
+    text: str
+    relevant: tuple[str, ...]  # best answer first; empty: nothing in the project answers it
+    split: str
+
+
+def split_of(project: str, text: str) -> str:
+    digest = hashlib.sha256(f"{project}\n{text}".encode()).digest()
+    return "dev" if digest[0] % 2 == 0 else "test"
+
+
+def load(eval_dir: Path = EVAL_DIR) -> tuple[dict[str, list[dict[str, Any]]], list[Query]]:
+    entries: dict[str, list[dict[str, Any]]] = {}
+    queries: list[Query] = []
+    for path in sorted(eval_dir.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        project = doc["project"]
+        entries[project] = doc["entries"]
+        ids = {e["id"] for e in doc["entries"]}
+        for q in doc["queries"]:
+            missing = [r for r in q["relevant"] if r not in ids]
+            if missing:
+                raise SystemExit(f"{path}: query {q['q']!r} names unknown entries {missing}")
+            queries.append(Query(project, q["q"], tuple(q["relevant"]), split_of(project, q["q"])))
+    return entries, queries
+
+
+def reciprocal_rank(ranked: Sequence[str], query: Query) -> float:
+    for i, entry in enumerate(ranked[:K]):
+        if entry in query.relevant:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float:
+    """The chance that an answerable question's first score beats an unanswerable one's (ties count half)."""
+    if not positives or not negatives:
+        return float("nan")
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+@dataclass
+class Observed:
+    """What the two stages said about one question, to replay fusion rules."""
+
+    query: Query
+    lexical: list[tuple[int, float]]  # the lexical stage's best 30 (seq, score)
+    first_text: str | None
+    cosines: Any  # every entry's cosine, in the matrix's row order
+    answer: list[str]  # what Recall.recall returned (eval ids)
+    top_score: float
+
+
+class Fixture:
+    """A throwaway gateway holding the evaluation set, every entry trusted and embedded."""
+
+    def __init__(self, database: str, *, pooled: bool) -> None:
+        config = Config.from_env(database_url=database, sweep_interval=0.0, recalls_per_hour=1_000_000)
+        self.hub = Hub(config, clock=ManualClock(start=1_800_000_000.0))
+        self.pooled = pooled
+        self.projects: dict[str, Principal] = {}
+        self.names: dict[int, str] = {}  # entry seq -> eval id
+
+    async def build(self, entries: dict[str, list[dict[str, Any]]]) -> None:
+        await self.hub.start(background=False)
+        pool = await self.hub.accounts.create_project("pool") if self.pooled else None
+        for slug, items in entries.items():
+            project = pool or await self.hub.accounts.create_project(slug)
+            owner = Principal(project=project, name="eval-owner", level="owner")
+            self.projects[slug] = owner
+            for item in items:
+                entry, _ = await self.hub.knowledge.learn(owner, item["kind"], item["statement"], item.get("evidence"))
+                await self.hub.knowledge.confirm(owner, entry.id)
+                self.names[entry.seq] = item["id"]
+        if self.hub.recall.semantic is not None:
+            await self.hub.recall.semantic.fill_all(self.hub.driver)
+
+    async def observe(self, query: Query) -> Observed:
+        owner = self.projects[query.project]
+        _, results = await self.hub.recall.recall(owner, query.text, None, K)
+        answer = [self.names[e.seq] for e, _ in results]
+        top = results[0][1] if results else 0.0
+        pid, now = owner.project.id, self.hub.clock.now()
+        stage = self.hub.recall.semantic
+
+        async def stages_said(q: Any) -> tuple[list[tuple[int, float]], str | None, Any]:
+            hits = await stages.candidates(q, pid, query.text, None, stages.CANDIDATES, now)
+            first = (await q.recalled_entries([hits[0][0]])).get(hits[0][0]) if hits else None
+            text = f"{first.statement} {first.evidence or ''}" if first else None
+            cosines = None
+            if stage is not None:
+                vectors = await stage.project_vectors(q, pid)
+                held = vectors is not None and vectors.matrix is not None
+                cosines = vectors.matrix @ await stage.embed_query(query.text) if held else None
+            return hits, text, cosines
+
+        hits, text, cosines = await self.hub.driver.read(stages_said)
+        return Observed(query, hits, text, cosines, answer, top)
+
+    async def close(self) -> None:
+        await self.hub.stop()
+
+
+async def observe(pooled: bool, queries: list[Query], entries: dict[str, list[dict[str, Any]]]) -> tuple[list[Observed], Any]:
+    from bench.stores import create_database, drop_database
+
+    with tempfile.TemporaryDirectory() as folder:
+        database = await create_database("eval") or f"sqlite:///{folder}/eval.db"
+        fixture = Fixture(database, pooled=pooled)
+        try:
+            await fixture.build(entries)
+            observed = [await fixture.observe(q) for q in queries]
+            stage = fixture.hub.recall.semantic
+            vectors = {}
+            if stage is not None:
+                for slug, owner in fixture.projects.items():
+                    found = await fixture.hub.driver.read(lambda q, pid=owner.project.id: stage.project_vectors(q, pid))
+                    vectors[slug] = (found, fixture.names)
+            return observed, vectors
+        finally:
+            await fixture.close()
+            if database.startswith("postgres"):
+                await drop_database(database)
+
+
+def replay(o: Observed, vectors: Any, rule: fusion.FusionRule) -> tuple[list[str], float]:
+    """Recall's fused ranking of one question under `rule`, from what was observed."""
+    matrix, names = vectors[o.query.project]
+    cosine, top, similarity = nearest(matrix, None, None, stages.CANDIDATES, similarity=o.cosines)
+    for seq, _ in o.lexical:
+        if seq not in cosine and seq in matrix.row:
+            cosine[seq] = float(similarity[matrix.row[seq]])
+    readings = fusion.read(o.query.text, o.first_text, [s for _, s in o.lexical[:2]], top, matrix.df, rule)
+    ranked = fusion.fuse(o.lexical, cosine, readings, rule)[:K]
+    scored = fusion.scored(ranked, fusion.relevance(readings, rule))
+    return [names[seq] for seq, _ in scored], (scored[0][1] if scored else 0.0)
+
+
+def figures(rows: list[tuple[Query, list[str], float]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for split in ("dev", "test", "all"):
+        chosen = [r for r in rows if split == "all" or r[0].split == split]
+        answerable = [r for r in chosen if r[0].relevant]
+        mrr = sum(reciprocal_rank(a, q) for q, a, _ in answerable) / max(1, len(answerable))
+        roc = auroc([s for q, _, s in chosen if q.relevant], [s for q, _, s in chosen if not q.relevant])
+        out[split] = {"mrr@10": round(mrr, 4), "auroc": round(roc, 4), "questions": len(chosen)}
+    return out
+
+
+def sweep(observed: list[Observed], vectors: Any) -> None:
+    grid = []
+    for base in (0.2, 0.3, 0.4, 0.5):
+        for margin in (0.0, 0.2, 0.4, 0.6):
+            for separation in (0.0, 1.0, 2.0, 3.0):
+                rule = dataclasses.replace(fusion.DEFAULT_RULE, base=base, margin_gain=margin, separation_gain=separation)
+                rows = [(o.query, *replay(o, vectors, rule)) for o in observed if o.query.split == "dev"]
+                grid.append((figures(rows)["dev"]["mrr@10"], base, margin, separation))
+    for mrr, base, margin, separation in sorted(grid, reverse=True)[:10]:
+        print(f"dev MRR@10 {mrr:.4f}  base {base} margin_gain {margin} separation_gain {separation}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--misses", choices=["dev", "test"], help="questions of a split whose best answer is not first")
+    parser.add_argument("--sweep", action="store_true", help="rank the dev split under a grid of fusion rules")
+    parser.add_argument("--only", choices=["per-project", "pooled"])
+    args = parser.parse_args(argv)
+    entries, queries = load()
+    report: dict[str, Any] = {"store": "postgres" if os.environ.get("RELAYROOM_DATABASE_URL", "").startswith("postgres") else "sqlite"}
+    for setting in ("per-project", "pooled"):
+        if args.only and args.only != setting:
+            continue
+        observed, vectors = asyncio.run(observe(setting == "pooled", queries, entries))
+        report[setting] = figures([(o.query, o.answer, o.top_score) for o in observed])
+        if args.sweep and vectors:
+            print(f"## {setting}")
+            sweep(observed, vectors)
+        if args.misses:
+            for o in observed:
+                if o.query.split == args.misses and o.query.relevant and (not o.answer or o.answer[0] != o.query.relevant[0]):
+                    print(f"  {setting} {o.query.project}: {o.query.text!r} want {list(o.query.relevant)} got {o.answer[:4]}")
+    report["entries"] = sum(len(v) for v in entries.values())
+    report["questions"] = len(queries)
+    print(json.dumps(report, indent=None if not args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
