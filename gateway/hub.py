@@ -60,15 +60,10 @@ class Hub:
         # Recall reads the knowledge service's budgets per call, so that one
         # object holds every budget (a test may swap it).  Its semantic stage
         # is decided here, once, from the settings: on for every door or none.
-        stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256)
+        stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256, self.driver)
         if stage is not None or (config.semantic_model or "").lower() != "off":
             (log.info if stage is not None else log.warning)("recall: %s", status.detail)
-        if stage is not None:
-            stage.driver = self.driver
-        self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits, stage, status)
-        # The one collaborator still attached after construction: Recall's
-        # constructor does not take its metrics yet.
-        self.recall.metrics = self.metrics
+        self.recall = Recall(self.driver, self.clock, self.metrics, lambda: self.knowledge.limits, stage, status)
         self.proposals = Proposals(self.driver, self.clock, lambda: self.knowledge.limits)
         self.threads = Threads(self.driver, self.clock, self.knowledge)
         self.ledger = Ledger(self.driver, self.clock)

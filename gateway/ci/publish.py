@@ -48,6 +48,7 @@ from gateway.knowledge.settings import SLUG
 from gateway.store.base import Driver
 from gateway.store.queries.attestations import Replay
 from gateway.store.queries.checkmaps import PublishedRow
+from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.checkmaps")
 
@@ -163,7 +164,7 @@ class CheckmapPublications:
         replay = Replay(True, credential.issuer_url, credential.jti, credential.expires_at + LEEWAY_SECONDS)
         now = self.clock.now()
 
-        async def unit(q: Any) -> tuple[int, dict[str, Any]]:
+        async def unit(q: Queries) -> tuple[int, dict[str, Any]]:
             await q.serialize(LOCK)
             stored = await _project(q, project)
             if not await q.reserve(replay, now):
@@ -234,7 +235,7 @@ class CheckmapPublications:
         project = principal.project
         now = self.clock.now()
 
-        async def unit(q: Any) -> None:
+        async def unit(q: Queries) -> None:
             await q.serialize(LOCK)
             in_force, pending = await _rows(q, project.id)
             pending = _named(pending, sha256, project.slug)
@@ -258,7 +259,7 @@ class CheckmapPublications:
         project = principal.project
         now = self.clock.now()
 
-        async def unit(q: Any) -> None:
+        async def unit(q: Queries) -> None:
             await q.serialize(LOCK)
             in_force, pending = await _rows(q, project.id)
             pending = _named(pending, sha256, project.slug)
@@ -285,7 +286,7 @@ class CheckmapPublications:
         folder = self.registry.folder_map(project)
         return folder.sha256 if folder is not None else None
 
-    async def _refuse_clashes(self, q: Any, checkmap: CheckMap, path: str) -> None:
+    async def _refuse_clashes(self, q: Queries, checkmap: CheckMap, path: str) -> None:
         """422 when `checkmap` clashes with another project's map in force: a
         published one (the store's, now), or a file of this process's folder."""
         staying: dict[str, CheckMap] = {}
@@ -304,7 +305,7 @@ class CheckmapPublications:
             raise invalid(path, [publication_problem(path, hit) for hit in hits])
 
 
-async def _project(q: Any, slug: str) -> Any:
+async def _project(q: Queries, slug: str) -> Any:
     stored = await q.project_by_slug(slug)
     if stored is None:
         raise NotFound(f"the check maps bind project {slug}, which does not exist on this gateway",
@@ -312,7 +313,7 @@ async def _project(q: Any, slug: str) -> Any:
     return stored
 
 
-async def _rows(q: Any, project_id: int) -> tuple[PublishedRow | None, PublishedRow | None]:
+async def _rows(q: Queries, project_id: int) -> tuple[PublishedRow | None, PublishedRow | None]:
     """The project's published map in force and its pending one.  A write unit
     reads them holding LOCK, so no other change comes between."""
     return await q.published_checkmap(project_id, "in_force"), await q.published_checkmap(project_id, "pending")

@@ -22,6 +22,7 @@ from gateway.ci.checkmaps.validate import validate_text
 from gateway.core.clock import Clock, to_rfc3339
 from gateway.store.base import Driver
 from gateway.store.queries.checkmaps import PublishedRow
+from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.checkmaps")
 
@@ -65,7 +66,7 @@ class PublishedMaps:
 
     async def load(self, driver: Driver) -> bool:
         """Read the maps again if the generation moved; True when what is in force changed."""
-        async def unit(q: Any) -> tuple[str, list[PublishedRow] | None]:
+        async def unit(q: Queries) -> tuple[str, list[PublishedRow] | None]:
             generation: str = await q.checkmap_generation()
             # Read after the generation, in one snapshot: a change committed
             # between the two is seen at the next poll, never missed.

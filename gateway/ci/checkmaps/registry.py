@@ -38,6 +38,7 @@ from gateway.ci.checkmaps.published import PublishedMap, PublishedMaps
 from gateway.ci.checkmaps.validate import allow_event_notes, validate_text
 from gateway.ci.providers.base import Binding
 from gateway.core.clock import Clock, to_rfc3339
+from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.checkmaps")
 
@@ -256,7 +257,7 @@ class CheckmapRegistry:
         held: list[_FileState | PublishedMap] = [*self._files.values(), *self.published.maps.values()]
         maps = [(state, m) for state in held if (m := _in_force(state)) is not None]
 
-        async def unit(q: Any) -> list[list[Problem]]:
+        async def unit(q: Queries) -> list[list[Problem]]:
             return [await store_warnings(q, checkmap) for _, checkmap in maps]
 
         for (state, _), warnings in zip(maps, await driver.read(unit)):
@@ -375,7 +376,7 @@ def _in_force(state: _FileState | PublishedMap) -> CheckMap | None:
     return state.in_force if isinstance(state, _FileState) else state.checkmap
 
 
-async def store_warnings(q: Any, checkmap: CheckMap) -> list[Problem]:
+async def store_warnings(q: Queries, checkmap: CheckMap) -> list[Problem]:
     """What the store says of a map: its project missing, supported ids that
     are not entries of its project (never supported, whatever the map says)."""
     warnings: list[Problem] = []
