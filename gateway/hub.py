@@ -27,6 +27,7 @@ from gateway.ci.oidc.fetch import JsonFetcher
 from gateway.ci.oidc.keys import KeyCache
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.ci.providers.github_webhook import GitHubWebhooks
+from gateway.ci.publish import CheckmapPublications
 from gateway.core.clock import Clock, SystemClock
 from gateway.core.config import Config
 from gateway.knowledge.ledger import Ledger
@@ -59,15 +60,10 @@ class Hub:
         # Recall reads the knowledge service's budgets per call, so that one
         # object holds every budget (a test may swap it).  Its semantic stage
         # is decided here, once, from the settings: on for every door or none.
-        stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256)
+        stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256, self.driver)
         if stage is not None or (config.semantic_model or "").lower() != "off":
             (log.info if stage is not None else log.warning)("recall: %s", status.detail)
-        if stage is not None:
-            stage.driver = self.driver
-        self.recall = Recall(self.driver, self.clock, lambda: self.knowledge.limits, stage, status)
-        # The one collaborator still attached after construction: Recall's
-        # constructor does not take its metrics yet.
-        self.recall.metrics = self.metrics
+        self.recall = Recall(self.driver, self.clock, self.metrics, lambda: self.knowledge.limits, stage, status)
         self.proposals = Proposals(self.driver, self.clock, lambda: self.knowledge.limits)
         self.threads = Threads(self.driver, self.clock, self.knowledge)
         self.ledger = Ledger(self.driver, self.clock)
@@ -87,6 +83,8 @@ class Hub:
             registry=self.checkmaps, verifier=self.verifier,
         )
         self.github_webhooks = GitHubWebhooks(self.intake)
+        self.publications = CheckmapPublications(clock=self.clock, driver=self.driver, registry=self.checkmaps,
+                                                 verifier=self.verifier)
         self._serving = False
         self._tasks: list[asyncio.Task[Any]] = []
         self.started = False
@@ -96,8 +94,7 @@ class Hub:
         self.loop = asyncio.get_running_loop()
         await self.driver.open()
         if serve:
-            self.checkmaps.reload()
-            await self.checkmaps.check_store(self.driver)
+            await self.checkmaps.refresh(self.driver)  # the folder and the published maps
             self.checkmaps.install_sighup(self.driver)
             self.add_task(self.checkmaps.watch(self.driver), "relayroom-checkmaps")
             self._serving = True

@@ -45,8 +45,9 @@ from gateway.core.visible import describe, first_invisible
 from gateway.knowledge.model import Support
 from gateway.knowledge.service import Knowledge
 from gateway.knowledge.settings import SLUG
-from gateway.store.base import Driver, write_statement
+from gateway.store.base import Driver
 from gateway.store.queries.attestations import Recorded, Replay
+from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.attestations")
 
@@ -206,12 +207,12 @@ class AttestationIntake:
         # Most CI runs are reruns: every mapped entry already holds this
         # issuer + check's support, so recording is the replay key and the
         # row, one statement on PostgreSQL.  It writes nothing otherwise.
-        async def rerun(q: Any) -> Recorded:
+        async def rerun(q: Queries) -> Recorded:
             found: Recorded = await q.record_rerun(project, replay, supports, attestation_id, issuer, statement.check,
                                                    statement.outcome, reason, provenance, statement.run_url, now)
             return found
 
-        found = await write_statement(self.driver, rerun)
+        found = await self.driver.write_statement(rerun)
         if found.project_id is None:
             raise _no_project(project)
         if found.recorded:
@@ -239,7 +240,7 @@ class AttestationIntake:
         `Knowledge.apply_support` (which may promote), all or nothing."""
         knowledge = self.knowledge
 
-        async def unit(q: Any) -> dict[str, Any] | None:
+        async def unit(q: Queries) -> dict[str, Any] | None:
             stored_project = await q.project_by_slug(project)
             if stored_project is None:
                 raise _no_project(project)

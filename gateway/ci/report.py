@@ -67,6 +67,7 @@ class ChecksReport:
     mapped_never_seen: list[tuple[str, tuple[str, ...]]]  # check map names with no attestation yet
     checkmap_file: str | None
     registry_known: bool
+    statements: dict[str, str] = field(default_factory=dict)  # each supported id that is an entry of the project
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[CheckSummary]:
@@ -137,11 +138,14 @@ async def checks_report(
                 summary.related = rank_related(found, words)
         seen = {s.name for s in summaries}
         never = [(name, rule.supports) for name, rule in sorted(rules.items()) if name not in seen]
+        supported = sorted({i for rule in rules.values() for i in rule.supports})
+        entries = await q.entries_by_ids(project.id, supported) if supported else {}
         return ChecksReport(
             checks=summaries,
             mapped_never_seen=never,
             checkmap_file=PurePath(checkmap.file).name if checkmap is not None else None,
             registry_known=registry is not None,
+            statements={entry_id: entry.statement for entry_id, entry in entries.items()},
         )
 
     return await driver.read(unit)

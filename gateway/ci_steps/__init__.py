@@ -4,8 +4,8 @@ the GitLab job template, shipped inside the package so that
 lines that use them (what the command prints and the Checks page shows).
 
 A CI provider is one entry of STEPS: its file in this folder, where it goes
-in a repository, and the snippet that uses it from there.  A step added to a
-file (publishing the check map, say) ships with the package like the rest.
+in a repository, and the snippets that use it from there: to attest a
+check, and to publish the project's check map from the default branch.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ class Step:
     source: Path  # in the package
     target: str  # in the repository, relative to its root
     usage: Callable[[str, str, str], str]  # (gateway URL, check, audience) -> the lines that use it
+    # (gateway URL, project, the map's path in the repository, audience) -> the lines that publish the map
+    publish_usage: Callable[[str, str, str, str], str]
 
 
 def github_usage(gateway_url: str, check: str, audience: str = "relayroom") -> str:
@@ -69,9 +71,59 @@ attest-{check}-failed:
 {variables}"""
 
 
+def github_publish_usage(gateway_url: str, project: str, path: str, audience: str = "relayroom") -> str:
+    extra = f"\n          audience: {audience}" if audience != "relayroom" else ""
+    return f"""# .github/workflows/checkmap.yml (publishes the map when a push to the default branch changes it)
+name: Check map
+on:
+  push:
+    branches: [main]
+    paths: [{path}]
+  pull_request:
+    paths: [{path}]
+permissions:
+  contents: read
+  id-token: write
+jobs:
+  checkmap:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          fetch-depth: 2         # the step compares the file with the commit before the push
+      # RELAYROOM_PACKAGE, a repository variable: where your team installs relayroom-gateway from (a wheel's URL, git+https://...)
+      - run: pipx run --spec "${{{{ vars.RELAYROOM_PACKAGE }}}}" relayroom checkmap check {path}
+      - uses: ./{GITHUB_ACTION}   # publishes from the default branch only
+        with:
+          gateway-url: {gateway_url}
+          project: {project}
+          checkmap: {path}{extra}"""
+
+
+def gitlab_publish_usage(gateway_url: str, project: str, path: str, audience: str = "relayroom") -> str:
+    extra = f"\n    RELAYROOM_AUDIENCE: {audience}" if audience != "relayroom" else ""
+    return f"""# .gitlab-ci.yml (publishes the map when a push to the default branch changes it), with the
+# include of {GITLAB_TEMPLATE} that the attestation jobs use
+checkmap-check:
+  image: python:3.12-slim
+  rules:
+    - changes: [{path}]
+  script:   # RELAYROOM_PACKAGE, a CI/CD variable: where your team installs relayroom-gateway from
+    - pip install "$RELAYROOM_PACKAGE" && relayroom checkmap check {path}
+
+publish-checkmap:
+  extends: .relayroom-publish-checkmap
+  needs: [checkmap-check]
+  variables:
+    RELAYROOM_URL: {gateway_url}
+    RELAYROOM_PROJECT: {project}
+    RELAYROOM_CHECKMAP: {path}{extra}"""
+
+
 STEPS = (
-    Step("github", HERE / "github" / "action.yml", f"{GITHUB_ACTION}/action.yml", github_usage),
-    Step("gitlab", HERE / "gitlab" / "relayroom-attest.gitlab-ci.yml", GITLAB_TEMPLATE, gitlab_usage),
+    Step("github", HERE / "github" / "action.yml", f"{GITHUB_ACTION}/action.yml", github_usage, github_publish_usage),
+    Step("gitlab", HERE / "gitlab" / "relayroom-attest.gitlab-ci.yml", GITLAB_TEMPLATE, gitlab_usage,
+         gitlab_publish_usage),
 )
 STEPS_BY_NAME = {step.provider: step for step in STEPS}
 

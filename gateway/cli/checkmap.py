@@ -1,5 +1,9 @@
-"""`relayroom checkmap check [DIR]`: validate check maps before they ship.
+"""`relayroom checkmap check [DIR or FILE]`: validate check maps before they ship.
 
+A folder is checked as the gateway reads its check map folder (every map,
+and the conflicts between them); one file as the gateway reads a map a
+repository publishes (`gateway.ci.publish.read_map`), so a map's pull
+request can fail its own CI before it merges.
 Prints one `FILE:LINE: message` per problem on stdout and exits 1, or a
 short OK line and exits 0.  Notes (`FILE:LINE: note: ...`, the events a
 binding's allow_events lets vote) are printed too and do not fail the check.  When a store is at hand (`--database-url`,
@@ -18,7 +22,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.ci.checkmaps.model import CheckMap, Problem
+from gateway.ci.checkmaps.registry import CheckmapRegistry, store_warnings
+from gateway.ci.checkmaps.validate import allow_event_notes
+from gateway.ci.publish import read_map
 from gateway.cli.main import CommandError, command_group
 from gateway.core.clock import SystemClock
 from gateway.core.config import Config
@@ -50,9 +57,42 @@ async def _check_store(registry: CheckmapRegistry, url: str) -> None:
     driver = open_driver(url)
     await driver.open()
     try:
+        # The maps the repositories published, which the folder's files may not displace, and the store's word on ids.
+        await registry.refresh_published(driver)
         await registry.check_store(driver)
     finally:
         await driver.close()
+
+
+async def _file_warnings(checkmap: CheckMap, url: str) -> list[Problem]:
+    from gateway.store import open_driver
+
+    driver = open_driver(url)
+    await driver.open()
+    try:
+        return await driver.read(lambda q: store_warnings(q, checkmap))
+    finally:
+        await driver.close()
+
+
+def _check_file(path: Path, url: str | None) -> int:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+    checkmap, problems = read_map(raw, str(path))
+    if checkmap is not None and url is not None:
+        problems = asyncio.run(_file_warnings(checkmap, url))
+    for problem in problems:
+        print(problem)
+    for note in allow_event_notes(checkmap) if checkmap is not None else ():
+        print(note)
+    if problems:
+        print(f"relayroom: {len(problems)} problem(s) in {path}", file=sys.stderr)
+        return 1
+    checked = "checked against the store" if url else "no store to check entry ids against"
+    print(f"OK: {path} is a valid check map for project {checkmap.project if checkmap else '?'} ({checked})")
+    return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -60,8 +100,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     logging.getLogger("relayroom.checkmaps").setLevel(logging.CRITICAL)
     config = Config.from_env(database_url=getattr(args, "database_url", None))
     folder = Path(args.dir or config.checkmaps)
+    if folder.is_file():
+        return _check_file(folder, _store_url(args, config))
     if not folder.is_dir():
-        print(f"relayroom: {folder} is not a folder of check maps", file=sys.stderr)
+        print(f"relayroom: {folder} is not a folder of check maps, nor a check map file", file=sys.stderr)
         return 1
     registry = CheckmapRegistry(folder, SystemClock())
     registry.reload()
@@ -85,5 +127,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     checkmap = command_group(sub, "checkmap", "check maps: check")
     check = checkmap.add_parser("check", parents=[store], help="validate every check map; prints FILE:LINE: message per problem")
-    check.add_argument("dir", nargs="?", default=None, help="folder of check maps (default: RELAYROOM_CHECKMAPS or ./checkmaps)")
+    check.add_argument("dir", nargs="?", default=None, metavar="DIR or FILE",
+                       help="folder of check maps (default: RELAYROOM_CHECKMAPS or ./checkmaps), or one map file as "
+                            "its repository publishes it")
     check.set_defaults(func=cmd_check)

@@ -1,11 +1,11 @@
-"""`relayroom ci init github|gitlab`: write the attestation step into a repository.
+"""`relayroom ci init github|gitlab`: write the CI step into a repository.
 
 The GitHub composite action or the GitLab job template ships with the
 package; this command copies it to where a workflow reads it
 (`.github/actions/relayroom-attest/action.yml`,
 `.gitlab/relayroom-attest.gitlab-ci.yml`) in the repository holding the
 current folder, and prints the lines that use it, filled with the gateway's
-address.  A file already there is left alone unless it is the same, or
+address: to attest a check, and to publish the project's check map.  A file already there is left alone unless it is the same, or
 `--force` says to replace it.
 """
 
@@ -52,6 +52,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     url = (args.gateway_url or os.environ.get("RELAYROOM_URL") or EXAMPLE_URL).rstrip("/")
     print("\nThen, in the job that runs the check:\n")
     print(step.usage(url, args.check, args.audience))
+    project = args.project or "PROJECT"
+    print("\nAnd to keep the project's check map current from this repository (a change of who may vote waits "
+          "for the owner's approval on the Checks page):\n")
+    print(step.publish_usage(url, project, args.checkmap or f"checkmaps/{project}.yaml", args.audience))
     if url == EXAMPLE_URL:
         print(f"\n(put your gateway's address in place of {EXAMPLE_URL}, or pass --gateway-url)")
     elif (warning := unreachable_from_ci(url)) is not None:
@@ -73,5 +77,8 @@ def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
                       help=f"the gateway's https address, as a CI runner reaches it (default: $RELAYROOM_URL, else {EXAMPLE_URL})")
     init.add_argument("--check", default="tests", help="the check's name in the printed lines (default: tests)")
     init.add_argument("--audience", default="relayroom", help="the gateway's RELAYROOM_AUDIENCE (default: relayroom)")
+    init.add_argument("--project", default=None, help="the project whose check map the repository publishes")
+    init.add_argument("--checkmap", default=None, metavar="PATH",
+                      help="the map file's path in the repository (default: checkmaps/PROJECT.yaml)")
     init.add_argument("--force", action="store_true", help="replace a file that differs from this version")
     init.set_defaults(func=cmd_init)

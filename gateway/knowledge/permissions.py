@@ -48,6 +48,8 @@ ACTIONS: dict[str, Action] = {
     "change_settings": Action("owner", "changing settings"),
     "edit_playbook": Action("owner", "editing the playbook"),
     "manage_tokens": Action("owner", "managing the project's tokens"),
+    "read_checkmap": Action("owner", "reading the project's check map"),
+    "review_checkmap": Action("owner", "approving or rejecting a published check map"),
 }
 
 

@@ -11,6 +11,7 @@ The file is JSON Lines, one record per line, so it streams, diffs and greps
     {"record": "proposal" | "thread_message" | "event" | "attestation" | "rate_limit_mark", ...}
     {"record": "recall", "id": "rc_...", ..., "results": [...], "uses": [...]}
     {"record": "audit", "at": ..., "action": ..., ...}
+    {"record": "published_checkmap", "source": ..., "content": ..., "state": ..., ...}
     {"record": "end", "counts": {"entry": 12, ...}}
 
 Every value is kept as stored: moments as epoch seconds (JSON floats round
@@ -40,6 +41,7 @@ from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.errors import Conflict, NotFound
 from gateway.knowledge.model import LEVELS, Entry, ProjectSettings
 from gateway.store.base import Driver
+from gateway.store.queries.checkmaps import PUBLISHED_STATES
 from gateway.store.queries import Queries
 from gateway.store.schema import LATEST_VERSION
 from gateway.store.transfer_sql import INT, REAL, TABLES, TEXT, Column, TransferQueries
@@ -59,6 +61,7 @@ RECORDS = {
     "recall": "recalls",
     "rate_limit_mark": "rate_limit_marks",
     "audit": "audit",
+    "published_checkmap": "published_checkmaps",
 }
 NESTED = {"entry": {"supports": "supports", "contradictions": "contradictions"}, "recall": {"results": "recall_results", "uses": "recall_uses"}}
 SETTINGS = ("k_distinct_issuers", "window_days", "playbook_min_trusted", "playbook_top_n", "demotions_per_hour")
@@ -299,6 +302,9 @@ def _check_meaning(kind: str, record: dict[str, Any], where: str) -> None:
             raise TransferError(f"{where}: kind {record['kind']!r} is not one of {', '.join(trust.KINDS)}")
         if record["state"] not in trust.STATES:
             raise TransferError(f"{where}: state {record['state']!r} is not one of {', '.join(trust.STATES)}")
+    elif kind == "published_checkmap":
+        if record["state"] not in PUBLISHED_STATES:
+            raise TransferError(f"{where}: state {record['state']!r} is not one of {', '.join(PUBLISHED_STATES)}")
     elif kind == "token":
         if record["level"] not in LEVELS:
             raise TransferError(f"{where}: level {record['level']!r} is not one of {', '.join(LEVELS)}")
@@ -332,8 +338,10 @@ async def import_project(driver: Driver, lines: Iterable[str]) -> Summary:
         for table_name in ("supports", "contradictions", "proposals", "thread_messages", "events", "attestations", "recalls"):
             await transfer.insert(table_name, project.id, parsed.rows[table_name], entry_links)
         links = {"entry": entry_seqs, "recall": await transfer.recall_seqs(project.id)}
-        for table_name in ("recall_results", "recall_uses", "rate_limit_marks", "audit"):
+        for table_name in ("recall_results", "recall_uses", "rate_limit_marks", "audit", "published_checkmaps"):
             await transfer.insert(table_name, project.id, parsed.rows[table_name], links)
+        if parsed.rows["published_checkmaps"]:
+            await q.new_checkmap_generation()  # the serving gateways load the project's published map
         await q.fold_returned()  # the recall counters, where the store keeps them
         for values in parsed.entries:
             if values["state"] == "trusted":

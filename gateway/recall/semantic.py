@@ -26,6 +26,8 @@ from typing import Any, Sequence
 
 from gateway.recall.model import ModelFiles, ModelUnavailable, resolve
 from gateway.recall.query import words
+from gateway.store.base import Driver
+from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.recall")
 
@@ -194,14 +196,14 @@ class QueryVector:
 class SemanticStage:
     """The loaded model, the per-process caches and the fill job."""
 
-    def __init__(self, encoder: Encoder) -> None:
+    def __init__(self, encoder: Encoder, driver: Driver | None = None) -> None:
         self.encoder = encoder
         self.model_id = encoder.model_id
         self._projects: OrderedDict[int, ProjectVectors] = OrderedDict()
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
         self._reloading: dict[int, asyncio.Future[None]] = {}
-        self.driver: Any = None  # set by the hub: background reloads of a matrix read through it
+        self.driver = driver  # background reloads of a matrix read through it (none: reloads in the recall)
 
     # -- queries -------------------------------------------------------------------
 
@@ -241,7 +243,7 @@ class SemanticStage:
             return QueryVector(vector)
         return QueryVector(vector, cached, nearest(cached, vector, kind, k))
 
-    async def project_vectors(self, q: Any, project_id: int) -> ProjectVectors | None:
+    async def project_vectors(self, q: Queries, project_id: int) -> ProjectVectors | None:
         """The project's matrix as of its recall generation (every change to
         what recall shows, a vector written included, moves it in its own
         transaction).  A project read for the first time is read here; one
@@ -254,17 +256,17 @@ class SemanticStage:
         if cached is not None:
             self._projects.move_to_end(project_id)
             if cached.generation != generation and self.driver is not None and project_id not in self._reloading:
-                self._reloading[project_id] = asyncio.ensure_future(self._reload(project_id))
+                self._reloading[project_id] = asyncio.ensure_future(self._reload(self.driver, project_id))
             return cached
         loaded = await self._load(q, project_id, generation)
         if loaded is not None:
             self._keep(project_id, loaded)
         return loaded
 
-    async def _reload(self, project_id: int) -> None:
+    async def _reload(self, driver: Driver, project_id: int) -> None:
         try:
-            generation = await self.driver.read(lambda q: q.recall_generation(project_id))
-            loaded = await self._load(None, project_id, generation)
+            generation = await driver.read(lambda q: q.recall_generation(project_id))
+            loaded = await self._load(driver, project_id, generation)
             if loaded is None:
                 self._projects.pop(project_id, None)
             else:
@@ -274,14 +276,14 @@ class SemanticStage:
         finally:
             self._reloading.pop(project_id, None)
 
-    async def _load(self, q: Any, project_id: int, generation: int) -> ProjectVectors | None:
+    async def _load(self, q: Queries | Driver, project_id: int, generation: int) -> ProjectVectors | None:
         """The project's vectors, page by page into one matrix (its rows held
-        at once would double a big project's memory while it loads); with
-        no `q`, each page in a read of its own, so the store's reads go on
-        between them."""
+        at once would double a big project's memory while it loads); given
+        the driver, each page in a read of its own, so the store's reads go
+        on between them."""
 
         async def read(unit: Any) -> Any:
-            return await unit(q) if q is not None else await self.driver.read(unit)
+            return await q.read(unit) if isinstance(q, Driver) else await unit(q)
 
         count = await read(lambda x: x.count_vectors(project_id, self.model_id))
         if not count:
@@ -378,7 +380,9 @@ _ENCODERS: dict[tuple[str, str], Encoder] = {}
 _ENCODERS_LOCK = threading.Lock()
 
 
-def load(setting: str | None, sha256: str | None = None) -> tuple[SemanticStage | None, SemanticStatus]:
+def load(
+    setting: str | None, sha256: str | None = None, driver: Driver | None = None
+) -> tuple[SemanticStage | None, SemanticStatus]:
     """The semantic stage the settings ask for, or None and the reason.  The
     model is loaded once per process (every hub of it shares the session)."""
     # The session's own thread pool is set per session; this keeps a BLAS
@@ -394,4 +398,4 @@ def load(setting: str | None, sha256: str | None = None) -> tuple[SemanticStage 
     except ModelUnavailable as why:
         return None, SemanticStatus("lexical", f"semantic model not used: {why}")
     detail = f"fused lexical + semantic ({files.label}, sha256 {files.sha256[:12]}...)"
-    return SemanticStage(encoder), SemanticStatus("fused", detail, encoder.model_id)
+    return SemanticStage(encoder, driver), SemanticStatus("fused", detail, encoder.model_id)

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from gateway.core.clock import HOUR, Clock
+from gateway.core.metrics import Metrics
 from gateway.core.errors import Invalid, NotFound, RateLimited
 from gateway.core.ids import new_id
 from gateway.knowledge.inputs import validate_kind
@@ -56,7 +57,7 @@ from gateway.knowledge.model import Entry, Principal
 from gateway.recall import stages
 from gateway.recall.query import MAX_QUERY_CHARS
 from gateway.recall.semantic import QueryVector, SemanticStage, SemanticStatus
-from gateway.store.base import Driver, read_then_write
+from gateway.store.base import Driver
 from gateway.store.queries import Queries
 
 DEFAULT_LIMIT = 10
@@ -82,6 +83,7 @@ class Recall:
         self,
         driver: Driver,
         clock: Clock,
+        metrics: Metrics | None = None,
         limits: Callable[[], WriteLimits] = WriteLimits,
         semantic: SemanticStage | None = None,
         status: SemanticStatus | None = None,
@@ -89,7 +91,7 @@ class Recall:
         self.driver = driver
         self.clock = clock
         self.limits = limits  # read per call: the hub's budgets as they are now
-        self.metrics: Any = None  # set by the Hub: the recall latency histogram
+        self.metrics = metrics  # the recall latency histogram (none in some tests and benches)
         self.semantic = semantic
         self._refused: dict[tuple[int, str], float] = {}  # (project, principal) -> until when, see _embed_while_searching
         self._counted: dict[tuple[int, str], Counted] = {}  # (project, principal) -> its last count
@@ -166,7 +168,7 @@ class Recall:
         # knowledge: it need not wait for an fsync, and recall_used, a later
         # write, sees it all the same.  On PostgreSQL both run in one
         # transaction; on SQLite as a read, then a write of the group commit.
-        results = await read_then_write(self.driver, search, record, durable=False)
+        results = await self.driver.read_then_write(search, record, durable=False)
         if self.metrics is not None:
             self.metrics.recall_seconds.observe(time.perf_counter() - started)
         return recall_id, results

@@ -18,6 +18,7 @@ from gateway.knowledge.model import Entry
 from gateway.recall import fusion
 from gateway.recall.query import plan
 from gateway.recall.semantic import SHORTLIST, QueryVector, SemanticStage, cosines, nearest, shortlist
+from gateway.store.queries import Queries
 
 CANDIDATES = 30  # from each side, before fusion picks the `limit` best
 HEADROOM = 60  # lexical candidates read for the kind hints to reorder
@@ -30,7 +31,7 @@ def _text(entry: Entry) -> str:
     return f"{entry.statement} {entry.evidence or ''}"
 
 
-async def candidates(q: Any, project_id: int, query: str, kind: str | None, limit: int, now: float) -> Hits:
+async def candidates(q: Queries, project_id: int, query: str, kind: str | None, limit: int, now: float) -> Hits:
     """The best `limit` (seq, score) of the store's lexical ranking, after the kind hints."""
     shaped = plan(query)
     if shaped.empty:
@@ -42,7 +43,7 @@ async def candidates(q: Any, project_id: int, query: str, kind: str | None, limi
     return scored[:limit]
 
 
-async def lexical(q: Any, project_id: int, query: str, kind: str | None, limit: int, now: float) -> list[tuple[Entry, float]]:
+async def lexical(q: Queries, project_id: int, query: str, kind: str | None, limit: int, now: float) -> list[tuple[Entry, float]]:
     hits = await candidates(q, project_id, query, kind, limit, now)
     return _calibrated(query, await _live(q, hits, kind, now))
 
@@ -55,7 +56,7 @@ def _calibrated(query: str, hits: list[tuple[Entry, float]]) -> list[tuple[Entry
 
 
 async def fused(
-    q: Any,
+    q: Queries,
     stage: SemanticStage,
     query: QueryVector,
     hits: Hits,
@@ -100,7 +101,7 @@ async def fused(
     return _rescored(live, fusion.relevance(readings, rule))
 
 
-async def _live(q: Any, ranked: Hits, kind: str | None, now: float) -> list[tuple[Entry, float]]:
+async def _live(q: Queries, ranked: Hits, kind: str | None, now: float) -> list[tuple[Entry, float]]:
     """The entries of `ranked` that are trusted now (and of `kind`), read in
     this snapshot, in `ranked`'s order: the index holds trusted entries
     only, but recall is the gate's door, so the entry's own state has the last word."""

@@ -104,16 +104,3 @@ class Driver(abc.ABC):
         backend may run it as that statement's own (implicit) transaction,
         since one statement sees one snapshot anyway."""
         return await self.read(unit)
-
-
-
-async def read_then_write(
-    driver: Driver, read: Unit[T], write: Callable[[Queries, T], Awaitable[object]], *, durable: bool = True
-) -> T:
-    """`driver.read_then_write`, for the callers not moved to the method yet."""
-    return await driver.read_then_write(read, write, durable=durable)
-
-
-async def write_statement(driver: Driver, unit: Unit[T]) -> T:
-    """`driver.write_statement`, for the callers not moved to the method yet."""
-    return await driver.write_statement(unit)

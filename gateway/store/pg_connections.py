@@ -2,9 +2,9 @@
 clean, dropped when not.
 
 Why not asyncpg's `Pool`: taking a connection from it and giving it back
-cost about 48 us of CPU with nobody waiting (as much as the query itself;
-its release runs in a task of its own under `asyncio.shield`, its acquire
-with a timeout under `wait_for`, another task), on every unit.  The driver
+cost as much CPU as the query itself with nobody waiting (its release runs
+in a task of its own under `asyncio.shield`, its acquire with a timeout
+under `wait_for`, another task), on every unit (docs/decisions/0010).  The driver
 already queues its callers, first come first served, with one place per
 connection (its gate), and a unit leaves no session state behind (no SET,
 LISTEN or session locks), so what is left to do is a stack of idle

@@ -350,6 +350,33 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             "INSERT INTO recall_index (project_id) SELECT id FROM projects WHERE id NOT IN (SELECT project_id FROM recall_index)",
         ],
     ),
+    (
+        9,
+        [
+            # Check maps published by a project's repository (gateway/ci/publish.py):
+            # every publication is a row, and a row's state says what became of
+            # it.  At most one map in force and one pending per project, held by
+            # the store itself.  Every process polls `checkmaps_generation` in
+            # the meta table, rewritten with each change of a map in force.
+            """CREATE TABLE IF NOT EXISTS published_checkmaps (
+                id {ID},
+                project_id {INT} NOT NULL REFERENCES projects(id),
+                source {TEXT} NOT NULL,
+                content {TEXT} NOT NULL,
+                sha256 {TEXT} NOT NULL,
+                state {TEXT} NOT NULL,
+                published_at {REAL} NOT NULL,
+                run {TEXT},
+                decided_at {REAL},
+                decided_by {TEXT}
+            )""",
+            "CREATE UNIQUE INDEX IF NOT EXISTS published_checkmaps_in_force ON published_checkmaps(project_id) "
+            "WHERE state = 'in_force'",
+            "CREATE UNIQUE INDEX IF NOT EXISTS published_checkmaps_pending ON published_checkmaps(project_id) "
+            "WHERE state = 'pending'",
+            "CREATE INDEX IF NOT EXISTS published_checkmaps_project ON published_checkmaps(project_id, id)",
+        ],
+    ),
 ]
 
 LATEST_VERSION = MIGRATIONS[-1][0]

@@ -106,6 +106,12 @@ TABLES: dict[str, Table] = {
             _cols("id:text thread_id:text author:text text:text posted_by:text at:real"),
             ("seq", "project_id"),
         ),
+        Table(
+            "published_checkmaps",
+            _cols("source:text content:text sha256:text state:text published_at:real run:text? decided_at:real? "
+                  "decided_by:text?"),
+            ("id", "project_id"),
+        ),
     )
 }
 

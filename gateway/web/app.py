@@ -17,13 +17,13 @@ from starlette.routing import BaseRoute, Route
 
 from gateway.core.config import Config
 from gateway.hub import Hub
-from gateway.web import api, api_docs, attest, dashboard, health, openapi, owner_api, pages
+from gateway.web import api, api_docs, attest, checkmap_api, dashboard, health, openapi, owner_api, pages
 from gateway.web.errors import EXCEPTION_HANDLERS
 from gateway.web.middleware import GuardMiddleware
 
 # The router tries routes in order: CI attestations, the hottest write path,
 # come right after the cheap health routes.
-ROUTE_MODULES = (health, attest, api, owner_api, pages, dashboard, openapi, api_docs)
+ROUTE_MODULES = (health, attest, checkmap_api, api, owner_api, pages, dashboard, openapi, api_docs)
 
 
 def app_from_env() -> Starlette:

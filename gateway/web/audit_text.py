@@ -128,6 +128,25 @@ def _settings(d: dict[str, Any]) -> str:
     return _pairs(d)
 
 
+def _checkmap(d: dict[str, Any]) -> str:
+    run: dict[str, Any] = d["run"] if isinstance(d.get("run"), dict) else {}
+    origin = f"{_short(run.get('repository') or '?')}@{str(run.get('commit') or '?')[:12]}"
+    what = f"the check map {_short(d.get('source', '?'))} from {origin}"
+    status = d.get("status")
+    if status == "applied":
+        return f"Put {what} in force: only its checks changed."
+    if status == "pending_owner":
+        return f"Published {what}; it changes who may vote, so it waits for the owner."
+    if status == "approved":
+        return f"Approved {what}: it is in force."
+    if status == "rejected":
+        why = f": {_short(d['reason'])}" if d.get("reason") else ""
+        return f"Rejected {what}{why}."
+    if status == "unchanged":
+        return f"Published the map in force again from {origin}; the pending map {str(d.get('withdrawn', '?'))[:12]} no longer waits."
+    return _pairs(d)
+
+
 DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "learn": _learn,
     "support": _support,
@@ -139,6 +158,7 @@ DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
     "approve_proposal": _approve,
     "reject_proposal": _reject,
     "settings": _settings,
+    "checkmap": _checkmap,
 }
 
 

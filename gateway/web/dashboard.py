@@ -61,7 +61,7 @@ REVIEWED = tuple(s for s in trust.STATES if s != "candidate")
 AUDIT_PAGE_SIZE = 100
 AUDIT_ACTIONS = (
     "learn", "support", "promote", "override", "contradict", "rate_limited", "retire",
-    "approve_proposal", "reject_proposal", "settings",
+    "approve_proposal", "reject_proposal", "settings", "checkmap",
 )
 DEFAULT_REFUTE_REASON = "refuted by the project owner in the dashboard"
 LOGIN_NONCE_SECONDS = 3600

@@ -37,6 +37,8 @@ NOTICES = {
     "bulk_refute": "Refuted {count}: each is now contradicted.",
     "bulk_retire": "Retired {count}: each left recall.",
     "token_revoked": "Revoked: the token no longer works, and any session signed in with it has ended.",
+    "checkmap_approved": "Approved: the published check map is in force, on every gateway within 2 seconds (audit row: checkmap).",
+    "checkmap_rejected": "Rejected: the map in force stays as it was (audit row: checkmap).",
     "token_secret_gone": "A new token's secret is shown once, on the page the form leads to, and is not kept: "
     "if it was not copied, revoke that token and make another.",
 }

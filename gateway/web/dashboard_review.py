@@ -9,6 +9,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from gateway.knowledge.inputs import MAX_EVIDENCE as MAX_REASON
+from gateway.knowledge.inputs import validate_text
 from gateway.knowledge.settings import SETTING_RULES
 from gateway.ci.report import OUTCOMES, checks_report, recent_runs
 from gateway.ci_steps import github_usage, unreachable_from_ci
@@ -100,6 +102,7 @@ async def checks(request: Request) -> Response:
         request,
         session,
         "checks",
+        checkmap=await hub.publications.view(session.principal),
         report=report,
         outcomes=OUTCOMES,
         recent=recent,
@@ -109,6 +112,22 @@ async def checks(request: Request) -> Response:
         example_ids=[e.id for e in candidates],
     )
     return page("checks.html", ctx)
+
+
+@view
+async def approve_checkmap(request: Request) -> Response:
+    session, _ = await owner_post(request)
+    await hub_of(request).publications.approve(session.principal, request.path_params["sha256"])
+    return redirect(with_notice(f"/projects/{session.principal.project.slug}/checks", "checkmap_approved"))
+
+
+@view
+async def reject_checkmap(request: Request) -> Response:
+    session, fields = await owner_post(request)
+    reason = " ".join(fields.get("reason", "").split())
+    await hub_of(request).publications.reject(session.principal, request.path_params["sha256"],
+                                              validate_text(reason, "reason", MAX_REASON) if reason else None)
+    return redirect(with_notice(f"/projects/{session.principal.project.slug}/checks", "checkmap_rejected"))
 
 
 # -- the Learning panel ------------------------------------------------------------------
@@ -228,6 +247,8 @@ routes = [
     Route(f"{P}/proposals/{{proposal_id}}/approve", approve, methods=["POST"]),
     Route(f"{P}/proposals/{{proposal_id}}/reject", reject, methods=["POST"]),
     Route(f"{P}/checks", checks, methods=["GET"]),
+    Route(f"{P}/checkmap/pending/{{sha256}}/approve", approve_checkmap, methods=["POST"]),
+    Route(f"{P}/checkmap/pending/{{sha256}}/reject", reject_checkmap, methods=["POST"]),
     Route(f"{P}/learning", learning, methods=["GET"]),
     Route(f"{P}/playbook", playbook, methods=["GET"]),
     Route(f"{P}/playbook", save_playbook, methods=["POST"]),

@@ -20,6 +20,7 @@ from gateway.knowledge.proposals import PROPOSAL_STATES
 from gateway.knowledge.service import BULK_ACTIONS, MAX_BULK
 from gateway.knowledge.threads import MAX_AUTHOR, MAX_TEXT, MAX_THREAD_ID
 from gateway.ci.intake import MAX_CHECK, MAX_RUN_URL
+from gateway.ci.publish import MAX_PATH as MAX_CHECKMAP_PATH
 from gateway.recall.service import MAX_LIMIT as MAX_RECALL
 from gateway.recall.query import MAX_QUERY_CHARS
 from gateway.knowledge.trust import CREATED_VIA, KINDS, STATES
@@ -190,6 +191,36 @@ ATTESTATION = _obj(
     },
 )
 
+CHECKMAP_PUBLICATION = _obj(
+    ["project", "path", "content"],
+    {
+        "project": {"type": "string", "pattern": SLUG},
+        "path": {"type": "string", "minLength": 1, "maxLength": MAX_CHECKMAP_PATH,
+                 "description": "where the file lives in the repository (problem lines name it); printable, visible"},
+        "content": {"type": "string", "description": "the file's text as the repository holds it (at most 256 KiB)"},
+    },
+)
+PUBLISHED = {"type": "string", "enum": ["applied", "unchanged", "pending_owner"]}
+CHECKMAP_ANSWER = _obj(["status", "sha256"], {"status": PUBLISHED, "sha256": STRING})
+RUN = {"type": "object", "nullable": True, "additionalProperties": True,
+       "description": "the run that published it: repository, ref, commit, workflow, run, url"}
+CHECKMAP_VIEW = _obj(
+    ["source", "sha256", "content", "pending"],
+    {
+        "source": {"type": "string", "enum": ["published", "file", None], "nullable": True,
+                   "description": "where the map in force came from; null when the project has none"},
+        "path": {"type": "string", "nullable": True},
+        "sha256": {"type": "string", "nullable": True},
+        "content": {"type": "string", "nullable": True},
+        "published_at": NULLABLE_TIME,
+        "run": RUN,
+        "pending": {**_obj(["sha256", "content", "published_at", "run"],
+                           {"sha256": STRING, "path": STRING, "content": STRING, "published_at": TIME, "run": RUN},
+                           additional=True), "nullable": True},
+    },
+    additional=True,
+)
+
 PROJECT = {"name": "project", "in": "path", "required": True, "schema": {"type": "string", "pattern": SLUG}}
 THREAD_ID = {"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID, "description": "not blank, no control character",
              "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f\\u0085][^\\u0000-\\u001f\\u007f]*$"}
@@ -253,12 +284,24 @@ OPERATIONS: list[tuple[str, str, str, str, Any, list[S], int, S | None]] = [
      [_query("state", {"type": "string", "enum": list(PROPOSAL_STATES)}), _limit(MAX_PAGE), CURSOR], 200, {"type": "object"}),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/approve", "owner", "Approve: registers a candidate", None, [_path("proposal_id")], 201, ENTRY),
     ("post", "/v1/projects/{project}/proposals/{proposal_id}/reject", "owner", "Reject a proposal", REASON, [_path("proposal_id")], 200, {"type": "object"}),
+    ("get", "/v1/projects/{project}/checkmap", "owner",
+     "The check map in force (published by the repository, or a file of the gateway's folder) and the publication "
+     "waiting for the owner", None, [], 200, CHECKMAP_VIEW),
+    ("post", "/v1/projects/{project}/checkmap/pending/{sha256}/approve", "owner",
+     "Put the pending check map in force (judged again against the maps in force now: 422 invalid_checkmap); 409 "
+     "not_pending when no map with this sha256 is pending. Audit row: checkmap", None, [_path("sha256")], 200, CHECKMAP_VIEW),
+    ("post", "/v1/projects/{project}/checkmap/pending/{sha256}/reject", "owner",
+     "Reject the pending check map; 409 not_pending when no map with this sha256 is pending. Audit row: checkmap",
+     OPTIONAL_REASON, [_path("sha256")], 200, CHECKMAP_VIEW),
 ]
 
 CI_OPERATIONS: list[tuple[str, str, str, Any, int]] = [
     ("post", "/v1/attestations", "A CI attestation authenticated by an OIDC token (Bearer)", ATTESTATION, 201),
     ("post", "/v1/webhooks/github", "GitHub webhook deliveries (X-Hub-Signature-256)", {"type": "object"}, 200),
     ("post", "/v1/webhooks/{source}", "Standard Webhooks attestation", ATTESTATION, 201),
+    ("post", "/v1/checkmaps", "The repository's CI publishes the project's check map (Bearer: the run's OIDC token): "
+     "200 applied or unchanged, 202 pending_owner when a binding changed, 422 invalid_checkmap with problems",
+     CHECKMAP_PUBLICATION, 200),
 ]
 
 ERROR_STATUSES = {
@@ -303,12 +346,16 @@ def spec() -> S:
     for method, path, summary, body, status in CI_OPERATIONS:
         op = {
             "summary": summary,
-            "security": [{"ciToken": []}] if path == "/v1/attestations" else [],
+            "security": [{"ciToken": []}] if "webhooks" not in path else [],
             "parameters": [_path("source")] if "{source}" in path else [],
             "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
             "responses": {str(status): {"description": "recorded"}, "503": {"description": "JWKS unavailable; retry"}, **_errors()},
         }
         paths.setdefault(path, {})[method] = op
+    published = paths["/v1/checkmaps"]["post"]["responses"]
+    published["200"] = {"description": "applied or unchanged", "content": {"application/json": {"schema": CHECKMAP_ANSWER}}}
+    published["202"] = {"description": "pending_owner: a binding changed; the owner approves or rejects it",
+                        "content": {"application/json": {"schema": CHECKMAP_ANSWER}}}
     for path, summary in (("/healthz", "Liveness"), ("/readyz", "Readiness"), ("/metrics", "Prometheus metrics"), ("/openapi.json", "This document")):
         paths[path] = {"get": {"summary": summary, "security": [], "responses": {"200": {"description": "ok"}, "503": {"description": "not ready"}}}}
     return {

@@ -4,9 +4,9 @@ For any sequence of what an agent can do (learn, thread messages, proposals,
 events with any payload, recalls, uses, owner-only calls with its own token,
 webhook deliveries signed with any secret an agent could know, and the CI
 tokens an agent can make GitHub or GitLab mint for it: pull requests,
-comments, merge queues, its own branches, its own issuer), no entry becomes
-trusted and no issuer is credited: no support row, no `promote` or
-`override` in the ledger.  K is 1, so a single credited vote would promote.
+comments, merge queues, its own branches, its own issuer, also publishing a
+check map with them), no entry becomes trusted and no issuer is credited:
+no support row, no `promote` or `override` in the ledger, no published map.  K is 1, so a single credited vote would promote.
 
 The gateway under attack is the real app (SQLite file, check map folder,
 test OIDC issuer on 127.0.0.1 bound by the check map) reached over httpx's
@@ -135,6 +135,8 @@ action = st.one_of(
     st.tuples(st.just("github_token"), st.integers(0, len(AGENT_GITHUB_RUNS) - 1)),
     st.tuples(st.just("gitlab_token"), st.integers(0, len(AGENT_GITLAB_RUNS) - 1)),
     st.tuples(st.just("own_issuer_token")),
+    # The check map door, with every token an agent can have minted: a map letting its runs vote.
+    st.tuples(st.just("publish"), st.integers(0, len(AGENT_GITHUB_RUNS) + len(AGENT_GITLAB_RUNS))),
 )
 
 
@@ -235,6 +237,19 @@ class Attacker:
                 "Content-Type": "application/json", "webhook-id": message_id, "webhook-timestamp": str(int(now)),
                 "webhook-signature": sig.standard_sign(key, message_id, int(now), raw)})
             assert r.status_code in (401, 403, 404), r.text
+        elif name == "publish":
+            index = step[1]
+            if index < len(AGENT_GITHUB_RUNS):
+                token = self.github.github_token(now, **AGENT_GITHUB_RUNS[index])
+            elif index - len(AGENT_GITHUB_RUNS) < len(AGENT_GITLAB_RUNS):
+                token = self.gitlab.gitlab_token(now, **AGENT_GITLAB_RUNS[index - len(AGENT_GITHUB_RUNS)])
+            else:
+                token = self.own.github_token(now)
+            wide = _checkmap(self.github, self.gitlab, self.entries[:2]).replace(
+                "refs: [refs/heads/main]", 'refs: ["*"]\n    allow_events: [pull_request, pull_request_target, issue_comment]')
+            r = await self.client.post("/v1/checkmaps", json={"project": "acme", "path": "checkmaps/acme.yaml",
+                                                             "content": wide}, headers={"Authorization": f"Bearer {token}"})
+            assert r.status_code in (401, 403), r.text
         elif name in ("github_token", "gitlab_token", "own_issuer_token"):
             if name == "github_token":
                 token = self.github.github_token(now, **AGENT_GITHUB_RUNS[step[1]])
@@ -290,10 +305,11 @@ async def _attack(steps: list[tuple[Any, ...]], issuers: tuple[OidcIssuer, OidcI
                     "supports": await q.tx.all("SELECT * FROM supports"),
                     "moves": await q.tx.all("SELECT action FROM audit WHERE action IN ('promote', 'override', 'support')"),
                     "counted": await q.tx.all("SELECT id FROM attestations WHERE counted"),
+                    "published": await q.tx.all("SELECT id FROM published_checkmaps"),
                 }
 
             found = await hub.driver.read(unit)
-            assert found == {"trusted": [], "supports": [], "moves": [], "counted": []}, found
+            assert found == {"trusted": [], "supports": [], "moves": [], "counted": [], "published": []}, found
         finally:
             await hub.stop()
 
@@ -359,6 +375,12 @@ def test_the_operator_secrets_do_vote(issuers: tuple[OidcIssuer, OidcIssuer, Oid
                                      headers={"Authorization": f"Bearer {token}"})
                     assert r.status_code == 201, r.text
                     assert r.json()["promoted"] == [entry]
+                    # The check map door takes a push to main: the wider map waits for the owner.
+                    wide = _checkmap(github, gitlab, [entry]).replace("refs: [refs/heads/main]", 'refs: ["*"]')
+                    r = await c.post("/v1/checkmaps", json={"project": "acme", "path": "checkmaps/acme.yaml",
+                                                            "content": wide},
+                                     headers={"Authorization": f"Bearer {github.github_token(hub.clock.now())}"})
+                    assert (r.status_code, r.json()["status"]) == (202, "pending_owner"), r.text
             finally:
                 await hub.stop()
 

@@ -70,7 +70,7 @@ async def snapshot(hub: Any) -> dict[str, int]:
     tables = [
         "projects", "tokens", "entries", "supports", "contradictions", "audit", "events", "recalls",
         "recall_results", "recall_uses", "attestations", "seen_tokens", "webhook_deliveries", "proposals",
-        "thread_messages", "rate_limit_marks",
+        "thread_messages", "rate_limit_marks", "published_checkmaps",
     ]
 
     async def unit(q: Any) -> dict[str, int]:
@@ -79,6 +79,8 @@ async def snapshot(hub: Any) -> dict[str, int]:
     counts = await hub.driver.read(unit)
     states = await hub.driver.read(lambda q: q.tx.all("SELECT state, COUNT(*) AS n FROM entries GROUP BY state ORDER BY state"))
     counts.update({f"state:{r['state']}": int(r["n"]) for r in states})
+    published = await hub.driver.read(lambda q: q.tx.all("SELECT state, sha256 FROM published_checkmaps ORDER BY id"))
+    counts.update({f"published:{i}:{r['state']}:{r['sha256']}": 1 for i, r in enumerate(published)})
     return counts
 
 

@@ -44,6 +44,7 @@ def test_ci_init_writes_the_shipped_step_at_the_checkouts_root(repository: Path)
         assert (repository / step.target).read_bytes() == step.source.read_bytes()
         assert done.stdout.splitlines()[0] == f"wrote ../{step.target}: commit it with the workflow that uses it"
         assert step.usage("https://rr.acme.dev", "migrations", "relayroom") in done.stdout
+        assert step.publish_usage("https://rr.acme.dev", "PROJECT", "checkmaps/PROJECT.yaml", "relayroom") in done.stdout
         printed[step.provider] = done.stdout
 
     again = relayroom("ci", "init", "github", cwd=repository)
@@ -86,6 +87,9 @@ def named_texts() -> dict[str, str]:
     texts.update({f"shipped {step.provider}": step.source.read_text() for step in STEPS})
     texts["printed github"] = github_usage("https://rr.acme.dev", "tests", "relayroom")
     texts["printed gitlab"] = gitlab_usage("https://rr.acme.dev", "tests", "relayroom")
+    for step in STEPS:
+        texts[f"printed {step.provider} publish"] = step.publish_usage("https://rr.acme.dev", "acme", "checkmaps/acme.yaml",
+                                                                        "relayroom")
     return texts
 
 

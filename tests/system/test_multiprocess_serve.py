@@ -253,3 +253,46 @@ async def test_two_uvicorn_workers_on_one_store_stay_correct(database_url: str, 
         assert (await rows(hub, "SELECT COUNT(*) AS n FROM audit WHERE action = 'learn'"))[0]["n"] == 61
         assert (await rows(hub, "SELECT COUNT(*) AS n FROM entries WHERE state = 'contradicted'"))[0]["n"] == 5
         assert (await rows(hub, "SELECT COUNT(*) AS n FROM audit WHERE action = 'rate_limited'"))[0]["n"] == 1
+
+
+async def test_a_map_published_through_one_gateway_is_served_by_the_other_within_two_seconds(
+    database_url: str, backend: str, tmp_path: Path, checkmap_dir: Path
+) -> None:
+    """Contract 5.6: every gateway process sharing the store serves the
+    published map within 2 s; the other process has no folder of its own."""
+    with OidcIssuer() as github:
+        async with store(database_url, checkmap_dir) as hub:
+            await make_project(hub, "acme")
+            entry = (await hub.knowledge.learn(Principal(await hub.accounts.project("acme"), "agent-7", "write"),
+                                               "convention", "Migrations run in staging first."))[0].id
+        (checkmap_dir / "acme.yaml").write_text(checkmap("acme", github_binding(github.url), {}))
+        empty = tmp_path / "no-maps"
+        empty.mkdir()
+        first = Gateway(gateway_env(database_url, checkmap_dir), tmp_path / "publishing.log")
+        second = Gateway(gateway_env(database_url, empty), tmp_path / "serving.log")
+        try:
+            first.wait_ready()
+            second.wait_ready()
+            async with httpx.AsyncClient(timeout=30) as client:
+                waits = []
+                for n, check in enumerate(("migrations", "lint", "deploy")):
+                    text = checkmap("acme", github_binding(github.url), {check: [entry]})
+                    published = await client.post(f"{first.url}/v1/checkmaps", json={
+                        "project": "acme", "path": "checkmaps/acme.yaml", "content": text},
+                        headers={"Authorization": f"Bearer {github.github_token(time.time())}"})
+                    assert published.status_code == 200 and published.json()["status"] == "applied", published.text
+                    started = time.monotonic()
+                    while True:
+                        rows = (await client.get(f"{second.url}/readyz")).json()["checkmaps"]
+                        if [r["sha256"] for r in rows if r.get("source") == "published"] == [published.json()["sha256"]]:
+                            break
+                        assert time.monotonic() - started < 2.0, f"not served within 2 s: {rows}"
+                        await asyncio.sleep(0.05)
+                    waits.append(time.monotonic() - started)
+                    counted = await client.post(f"{second.url}/v1/attestations", json={"check": check, "outcome": "success"},
+                                                headers={"Authorization": f"Bearer {github.github_token(time.time())}"})
+                    assert counted.status_code == 201 and counted.json()["counted"] is True, counted.text
+                print(f"served by the other process after {', '.join(f'{w:.2f}' for w in waits)} s")
+        finally:
+            first.stop()
+            second.stop()

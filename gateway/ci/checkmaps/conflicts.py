@@ -28,6 +28,15 @@ of them but a person.
 `resolve` takes, per file, the version in force (or None) and the version on
 disk if it validated (or None), and answers, per file, the version to keep in
 force and the collisions to report.  No I/O: `CheckmapRegistry` feeds it.
+
+Maps a project's repository published (`gateway.ci.publish`) stay in force
+whatever the folder holds: `resolve` takes them as `fixed`, and a file that
+clashes with one (its project, a repository, a secret variable, an issuer
+bound by sub against one bound by ids, either way) is the error.  A
+publication is judged the same way before it comes into force, against
+every other project's map in force (`collisions`), and told only what it
+may know (`publication_problem`): another project's slug only when the map
+names that project under `shared_with`, never a file of the gateway.
 """
 
 from __future__ import annotations
@@ -116,15 +125,7 @@ def _hold(held: Held, name: str, checkmap: CheckMap | None) -> None:
 
 def _problem(name: str, hit: Hit, *, other_in_force: bool) -> Problem:
     claim, other, theirs, more = hit
-    if claim.kind == PROJECT:
-        what = f"project {claim.value} is already mapped by {other}; one file per project"
-    elif claim.kind == REPOSITORY:
-        what = (f"{claim.value} is already bound by project {theirs.project} in {other}; one repository's CI "
-                f"speaks for one project unless both maps consent: shared_with: [{theirs.project}] on this "
-                f"binding and shared_with: [{claim.project}] on every binding of it there")
-    else:
-        what = (f"the secret variable {claim.value} is already named by a binding in {other}; one secret is one "
-                "sender, and one sender is one voice: give each binding its own variable")
+    what = clash_text(Collision(claim, other, theirs), other, reveal=True)
     if more:
         what += f" (and by {more} other file{'s' if more > 1 else ''})"
     if other_in_force:
@@ -132,18 +133,108 @@ def _problem(name: str, hit: Hit, *, other_in_force: bool) -> Problem:
     return Problem(name, claim.line, f"not loaded: {what} (neither file is loaded until one of them changes)")
 
 
+@dataclass(frozen=True)
+class Collision:
+    """A claim of a map that a map staying in force (`other`) clashes with."""
+
+    mine: Claim
+    other: str
+    theirs: Claim
+
+
+def _clash(mine: Claim, theirs: Claim) -> bool:
+    """Two claims of one value that cannot both be in force: they collide, or
+    one binds by sub an issuer the other binds by ids."""
+    return _collide(mine, theirs) or {mine.kind, theirs.kind} == {BY_ID, BY_SUBJECT}
+
+
+def collisions(candidate: CheckMap, staying: dict[str, CheckMap]) -> list[Collision]:
+    """What keeps `candidate` out of force beside `staying` (name -> map), maps
+    that stay in force whatever comes: one collision per clashing claim."""
+    held: Held = {}
+    for name, checkmap in staying.items():
+        _hold(held, name, checkmap)
+    found: dict[tuple[str, str, int], Collision] = {}
+    for claim in claims(candidate):
+        for other, theirs in sorted(held.get(claim.value, {}).items()):
+            hit = next((t for t in theirs if _clash(claim, t)), None)
+            if hit is not None:
+                found.setdefault((claim.kind, claim.value, claim.line), Collision(claim, other, hit))
+                break
+    return list(found.values())
+
+
+def _id_providers() -> str:
+    return " or ".join(cls.NAME for cls in PROVIDERS.values() if cls.BINDS_BY == "ids")
+
+
+def clash_text(hit: Collision, where: str, *, reveal: bool) -> str:
+    """What the clash is, naming the other map as `where` and its project only when `reveal`."""
+    mine, theirs = hit.mine, hit.theirs
+    if mine.kind == REPOSITORY:
+        if reveal:
+            return (f"{mine.value} is already bound by project {theirs.project} in {where}; one repository's CI speaks "
+                    f"for one project unless both maps consent: shared_with: [{theirs.project}] on this binding and "
+                    f"shared_with: [{mine.project}] on every binding of it there")
+        return (f"{mine.value} is already bound by {where}; one repository's CI speaks for one project unless both maps "
+                "consent (shared_with on each side): the gateway's operator can say which project binds it")
+    if mine.kind == SECRET:
+        return (f"the secret variable {mine.value} is already named by a binding in {where}; one secret is one sender, "
+                "and one sender is one voice: give each binding its own variable")
+    if mine.kind == BY_SUBJECT:
+        return (f"{mine.value} is bound by its immutable ids in {where}; a binding may not bind it by sub: use a "
+                f"{_id_providers()} binding")
+    if mine.kind == BY_ID:
+        return (f"{mine.value} is bound by sub in {where}; binding it by ids here would take that map out of force: "
+                "the gateway's operator decides")
+    return f"project {mine.value} is already mapped by {where}; one file per project"
+
+
+def fixed_problem(name: str, hit: Collision) -> Problem:
+    """The problem of a folder file that clashes with a published map (which stays)."""
+    if hit.mine.kind == PROJECT:
+        return Problem(name, hit.mine.line, f"not in force: project {hit.mine.value} keeps {hit.other}; a file of the "
+                       "folder no longer displaces it: remove this file (the repository's CI keeps the map current)")
+    return Problem(name, hit.mine.line, f"not loaded: {clash_text(hit, hit.other, reveal=True)} (that map stays in "
+                   "force)")
+
+
+def publication_problem(path: str, hit: Collision) -> Problem:
+    """The problem of a publication that clashes with another project's map in
+    force, told to the publisher: the other project by name only when this map
+    shares the repository with it, and never a file of the gateway."""
+    reveal = hit.theirs.project in hit.mine.shared_with
+    where = f"project {hit.theirs.project}'s map" if reveal else "another project's map in force"
+    return Problem(path, hit.mine.line, f"not accepted: {clash_text(hit, where, reveal=reveal)}")
+
+
 def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, str]) -> list[Problem]:
     """Problems of a map that binds by sub an issuer host another file binds by id."""
     if checkmap is None:
         return []
-    id_providers = " or ".join(cls.NAME for cls in PROVIDERS.values() if cls.BINDS_BY == "ids")
-    return [Problem(name, c.line, f"not loaded: {c.value} is bound by its immutable ids in {by_id[c.value]}; a "
-                    f"binding may not bind it by sub: use a {id_providers} binding")
+    return [Problem(name, c.line, f"not loaded: {clash_text(Collision(c, by_id[c.value], c), by_id[c.value], reveal=True)}")
             for c in claims(checkmap) if c.kind == BY_SUBJECT and c.value in by_id and by_id[c.value] != name]
 
 
-def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[str, Decision]:
-    """`files` maps a file name to (version in force, valid version on disk)."""
+def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]],
+            fixed: dict[str, CheckMap] | None = None) -> dict[str, Decision]:
+    """`files` maps a file name to (version in force, valid version on disk);
+    `fixed` names the maps that stay in force whatever the files say."""
+    if not fixed:
+        return _resolve_files(files)
+    outside: dict[str, list[Problem]] = {}
+    kept: dict[str, tuple[CheckMap | None, CheckMap | None]] = {}
+    for name, (in_force, wanted) in files.items():
+        # Report what the file on disk says; with no valid version there, what was in force.
+        shown = wanted if wanted is not None else in_force
+        outside[name] = [fixed_problem(name, hit) for hit in collisions(shown, fixed)] if shown is not None else []
+        kept[name] = tuple(v if v is not None and not collisions(v, fixed) else None  # type: ignore[assignment]
+                           for v in (in_force, wanted))
+    decisions = _resolve_files(kept)
+    return {name: Decision(d.keep, tuple(outside[name]) + d.problems) for name, d in decisions.items()}
+
+
+def _resolve_files(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[str, Decision]:
     by_id: dict[str, str] = {}
     for name in sorted(files):
         for version in files[name]:

@@ -33,6 +33,7 @@ class CheckMap:
     bindings: tuple[Binding, ...]
     checks: dict[str, CheckRule] = field(default_factory=dict)
     project_line: int = 1  # where `project:` is written, for the problems that name it
+    content: str = ""  # the text this map was read from, as the owner reviews it
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,11 @@ the gateway keeps running with those and reports every file past the cap
 supported ids entries of that project) is checked after each load and
 reported as warnings; the intake never supports a foreign or unknown id
 whatever the warnings say.
+
+Beside the folder, the maps that projects' repositories published
+(`published.PublishedMaps`, read from the store): once a project has one,
+it is that project's map in force in every process, and a file of the
+folder that clashes with it is reported and not loaded.
 """
 
 from __future__ import annotations
@@ -29,9 +34,11 @@ from typing import Any, Hashable, TypeVar
 
 from gateway.ci.checkmaps.model import CheckMap, CheckRule, Problem
 from gateway.ci.checkmaps.conflicts import resolve
+from gateway.ci.checkmaps.published import PublishedMap, PublishedMaps
 from gateway.ci.checkmaps.validate import allow_event_notes, validate_text
 from gateway.ci.providers.base import Binding
 from gateway.core.clock import Clock, to_rfc3339
+from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.checkmaps")
 
@@ -127,6 +134,7 @@ class CheckmapRegistry:
         self.clock = clock
         self.max_files = MAX_FILES if max_files is None else max_files
         self.snapshot = Snapshot()
+        self.published = PublishedMaps(clock)
         self._files: dict[str, _FileState] = {}
         self._skipped: list[str] = []  # files past the cap, by name
         self._signal_installed = False
@@ -221,7 +229,8 @@ class CheckmapRegistry:
         """Decide which version of each file is in force (`conflicts.resolve`:
         the file in force stays, a colliding newcomer is the error)."""
         now = self.clock.now()
-        decisions = resolve({name: (state.in_force, state.parsed) for name, state in self._files.items()})
+        fixed = {m.label: m.holding() for m in self.published.maps.values()}
+        decisions = resolve({name: (state.in_force, state.parsed) for name, state in self._files.items()}, fixed)
         for name, decision in decisions.items():
             state = self._files[name]
             state.conflicts = list(decision.problems)
@@ -234,7 +243,8 @@ class CheckmapRegistry:
                 state.warnings = []
                 for note in allow_event_notes(decision.keep):
                     log.info("check map %s", note)
-        self.snapshot = Snapshot.build([s.in_force for s in self._files.values() if s.in_force is not None])
+        folder = [s.in_force for s in self._files.values() if s.in_force is not None]
+        self.snapshot = Snapshot.build(folder + self.published.in_force())
 
     def notes(self) -> list[Problem]:
         """What the maps in force lift on purpose (allow_events): not problems, but worth a reviewer's eye."""
@@ -244,31 +254,13 @@ class CheckmapRegistry:
     async def check_store(self, driver: Any) -> None:
         """Report maps naming a project this gateway lacks, and supported ids
         that are not entries of the map's project."""
-        maps = [(s, s.in_force) for s in self._files.values() if s.in_force is not None]
+        held: list[_FileState | PublishedMap] = [*self._files.values(), *self.published.maps.values()]
+        maps = [(state, m) for state in held if (m := _in_force(state)) is not None]
 
-        async def unit(q: Any) -> list[tuple[_FileState, list[Problem]]]:
-            results = []
-            for state, checkmap in maps:
-                warnings: list[Problem] = []
-                project = await q.project_by_slug(checkmap.project)
-                if project is None:
-                    warnings.append(Problem(checkmap.file, 1, f"project {checkmap.project} does not exist on this "
-                                            f"gateway; create it with `relayroom project create {checkmap.project}`"))
-                ids = sorted({i for rule in checkmap.checks.values() for i in rule.supports})
-                owners = await q.entry_projects(ids) if ids else {}
-                for rule in checkmap.checks.values():
-                    for entry_id in rule.supports:
-                        owner = owners.get(entry_id)
-                        if owner is None:
-                            warnings.append(Problem(checkmap.file, rule.line, f"{rule.name}: {entry_id} is not an entry "
-                                                    f"of project {checkmap.project}; it will not be supported"))
-                        elif project is None or owner != project.id:
-                            warnings.append(Problem(checkmap.file, rule.line, f"{rule.name}: {entry_id} belongs to "
-                                                    f"another project; it will never be supported from this map"))
-                results.append((state, warnings))
-            return results
+        async def unit(q: Queries) -> list[list[Problem]]:
+            return [await store_warnings(q, checkmap) for _, checkmap in maps]
 
-        for state, warnings in await driver.read(unit):
+        for (state, _), warnings in zip(maps, await driver.read(unit)):
             if [str(w) for w in warnings] != [str(w) for w in state.warnings]:
                 for warning in warnings:
                     log.warning("check map problem: %s", warning)
@@ -306,6 +298,7 @@ class CheckmapRegistry:
             state = self._files[name]
             rows.append({
                 "file": name,
+                "source": "file",
                 "sha256": state.in_force.sha256 if state.in_force else None,
                 "loaded_at": to_rfc3339(state.loaded_at),
                 "error": state.error(),
@@ -313,17 +306,38 @@ class CheckmapRegistry:
             })
         for problem in self._skip_problems():
             rows.append({"file": problem.file, "sha256": None, "loaded_at": None, "error": str(problem), "warnings": []})
-        return rows
+        return rows + self.published.status()
+
+    def folder_maps(self) -> list[CheckMap]:
+        """The folder's files in force."""
+        return [s.in_force for _, s in sorted(self._files.items()) if s.in_force is not None]
+
+    def folder_map(self, project: str) -> CheckMap | None:
+        """The folder's file in force for `project`, if any."""
+        return next((m for m in self.folder_maps() if m.project == project), None)
 
     # -- running inside the gateway ---------------------------------------------
 
     async def refresh(self, driver: Any) -> None:
-        async with self._refreshing:  # the poll and SIGHUP take turns
-            if self._apply(await asyncio.to_thread(self._scan)):
+        """Read the folder, and the published maps if their generation moved."""
+        async with self._refreshing:  # the poll, SIGHUP and a publication take turns
+            changed = self._apply(await asyncio.to_thread(self._scan))
+            if await self.published.load(driver):
+                self._resolve()
+                changed = True
+            if changed:
+                await self.check_store(driver)
+
+    async def refresh_published(self, driver: Any) -> None:
+        """Read the published maps again, at once (a publication this process took)."""
+        async with self._refreshing:
+            if await self.published.load(driver):
+                self._resolve()
                 await self.check_store(driver)
 
     async def watch(self, driver: Any) -> None:
-        """Poll the folder every second: a change is in force within 2 s."""
+        """Poll the folder and the published maps' generation every second: a
+        change is in force within 2 s."""
         while True:
             await asyncio.sleep(POLL_SECONDS)
             try:
@@ -354,4 +368,31 @@ class CheckmapRegistry:
         async with self._refreshing:
             for state in self._files.values():
                 state.disk_sha, state.disk_stat = "", None  # re-read everything, even unchanged files
+            self.published.generation = None
         await self.refresh(driver)
+
+
+def _in_force(state: _FileState | PublishedMap) -> CheckMap | None:
+    return state.in_force if isinstance(state, _FileState) else state.checkmap
+
+
+async def store_warnings(q: Queries, checkmap: CheckMap) -> list[Problem]:
+    """What the store says of a map: its project missing, supported ids that
+    are not entries of its project (never supported, whatever the map says)."""
+    warnings: list[Problem] = []
+    project = await q.project_by_slug(checkmap.project)
+    if project is None:
+        warnings.append(Problem(checkmap.file, 1, f"project {checkmap.project} does not exist on this gateway; create "
+                                f"it with `relayroom project create {checkmap.project}`"))
+    ids = sorted({i for rule in checkmap.checks.values() for i in rule.supports})
+    owners = await q.entry_projects(ids) if ids else {}
+    for rule in checkmap.checks.values():
+        for entry_id in rule.supports:
+            owner = owners.get(entry_id)
+            if owner is None:
+                warnings.append(Problem(checkmap.file, rule.line, f"{rule.name}: {entry_id} is not an entry of project "
+                                        f"{checkmap.project}; it will not be supported"))
+            elif project is None or owner != project.id:
+                warnings.append(Problem(checkmap.file, rule.line, f"{rule.name}: {entry_id} belongs to another project; "
+                                        "it will never be supported from this map"))
+    return warnings

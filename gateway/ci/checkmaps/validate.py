@@ -98,7 +98,7 @@ def validate_text(text: bytes | str, file: str) -> tuple[CheckMap | None, list[P
         return None, sorted(out.problems, key=lambda p: p.line)
     digest = hashlib.sha256(raw).hexdigest()
     return CheckMap(project=project, file=file, sha256=digest, bindings=tuple(bindings), checks=checks,
-                    project_line=out.locator.line(("project",))), []
+                    project_line=out.locator.line(("project",)), content=decoded), []
 
 
 def _scan_for_secrets(value: Any, path: Path, out: _Collector) -> None:

@@ -47,6 +47,7 @@ class Credential:
     workflow: WorkflowRef | None
     home_repository: str | None
     provenance: dict[str, Any] = field(default_factory=dict)
+    claims: dict[str, Any] = field(default_factory=dict)  # verified; a publication is judged on them again
 
 
 class TokenVerifier:
@@ -82,7 +83,7 @@ class TokenVerifier:
         key = await self.keys.key_for(peeked.issuer, peeked.kid)
         claims = jwt_token.decode(token, key, issuer=peeked.issuer, audience=self.audience, now=self.clock.now(),
                                   peeked=peeked)
-        binding = self._select(bindings, claims, project)
+        binding = self.select(bindings, claims, project)
         provider = type(binding)
         exp = float(claims["exp"])
         return Credential(
@@ -95,9 +96,14 @@ class TokenVerifier:
             workflow=provider.workflow_of(claims),
             home_repository=provider.home(claims),
             provenance={"issuer": peeked.issuer, "provider": binding.provider, **provider.provenance(claims)},
+            claims=claims,
         )
 
-    def _select(self, bindings: list[Binding], claims: dict[str, Any], project: str | None) -> Binding:
+    def select(self, bindings: list[Binding], claims: dict[str, Any], project: str | None) -> Binding:
+        """The binding of `bindings` (those of the token's issuer) that lets
+        this verified token's run vote, or the refusal of 5.1."""
+        if not bindings:
+            raise Forbidden("no check map binds this run's issuer for this project", code="binding_mismatch")
         by_provider: dict[type[Binding], list[Binding]] = {}
         for binding in bindings:
             by_provider.setdefault(type(binding), []).append(binding)

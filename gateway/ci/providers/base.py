@@ -14,7 +14,9 @@ intake, the pages); no other code names a provider:
     REQUIRED_CLAIMS, identifies which tokens are its runs, and which are this binding's
     run_from_claims, refusal    the run a token describes, and why it may not vote
     workflow_of, home, provenance   what the attestation keeps of the run
-    detail, allow_event_note    what the pages and the map's reviewer read
+    run_record                  the run a published map came from (repository, ref, commit, workflow, run, link)
+    LABELS, normal_ref, meaning what a binding lets vote, whatever the file's wording
+    detail, allow_event_note, EVENTS   what the pages and the map's reviewer read
 
 An instance holds what every binding has (project, file, line, issuer, refs,
 workflows, allow_events, shared_with) and the fields its class declares.
@@ -22,7 +24,7 @@ workflows, allow_events, shared_with) and the fields its class declares.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Hashable, Literal, Mapping
 
 from gateway.ci.providers.claims import Refusal, mismatched, not_bound, ref_listed, str_claim
@@ -75,6 +77,11 @@ class Binding:
     REFS_REQUIRED: ClassVar[bool] = True  # the binding must list the refs whose runs vote
     REQUIRED_CLAIMS: ClassVar[tuple[str, ...]] = ()
     PROVENANCE_CLAIMS: ClassVar[tuple[str, ...]] = ()
+    # Fields that name things for people (a repository's name beside its id):
+    # no part of what a binding lets vote.
+    LABELS: ClassVar[frozenset[str]] = frozenset()
+    # Which events vote without `allow_events`, for the pages.
+    EVENTS: ClassVar[str] = "every run the binding names"
 
     project: str
     file: str
@@ -110,6 +117,28 @@ class Binding:
     def check_workflow(cls, workflow: str) -> str | None:
         """What is wrong with one item of `workflows` (None: nothing)."""
         return None
+
+    @classmethod
+    def normal_ref(cls, ref: str) -> str:
+        """One item of `refs` as the ref it names, however the map spells it."""
+        return ref
+
+    def meaning(self) -> tuple[Any, ...]:
+        """What this binding lets vote, in the provider's terms: every field
+        but where it is written and the names for people, lists as sets,
+        refs as the refs they name.  Two bindings of one meaning let the
+        same runs vote the same way, however the file words them."""
+        out: list[tuple[str, Any]] = []
+        for spec in fields(self):
+            if spec.name in ("project", "file", "line") or spec.name in self.LABELS:
+                continue
+            value = getattr(self, spec.name)
+            if spec.name == "refs" and value is not None:
+                value = frozenset(self.normal_ref(ref) for ref in value)
+            elif isinstance(value, tuple):
+                value = frozenset(value)
+            out.append((spec.name, value))
+        return (self.NAME, tuple(out))
 
     def repository_key(self) -> str | None:
         """The repository whose CI this binding lets speak, as one name however
@@ -180,6 +209,15 @@ class Binding:
         if isinstance(claims.get("sha"), (str, int)):
             out["commit"] = claims["sha"]
         return out
+
+    @classmethod
+    def run_record(cls, claims: dict[str, Any], issuer: str) -> dict[str, str | None]:
+        """The run a published check map came from, as the ledger and the
+        pages name it: repository, ref, commit, workflow, run, and a link to
+        the run (`url`, None when the provider has no page for it)."""
+        return {"repository": str_claim(claims, "sub"), "ref": str_claim(claims, "ref"),
+                "commit": str_claim(claims, "sha"), "workflow": str_claim(claims, "workflow"),
+                "run": str_claim(claims, "run_id") or str_claim(claims, "jti"), "url": None}
 
     # -- what people read ----------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any, Hashable
+from urllib.parse import quote, urlsplit
 
 from gateway.ci.providers import workflows
 from gateway.ci.providers.base import Binding, RunFacts
@@ -63,6 +64,8 @@ class GitHubActions(Binding):
     PROVENANCE_CLAIMS = ("repository", "repository_id", "repository_owner_id", "ref", "ref_type", "sha", "workflow",
                          "workflow_ref", "job_workflow_ref", "run_id", "run_number", "run_attempt", "event_name",
                          "actor", "environment")
+    LABELS = frozenset({"repository_name"})
+    EVENTS = ", ".join(VOTING_EVENTS)
 
     repository_id: str
     repository_owner_id: str | None = None
@@ -177,6 +180,20 @@ class GitHubActions(Binding):
     @classmethod
     def home(cls, claims: dict[str, Any]) -> str | None:
         return str_claim(claims, "repository")
+
+    @classmethod
+    def run_record(cls, claims: dict[str, Any], issuer: str) -> dict[str, str | None]:
+        repository, run_id = str_claim(claims, "repository"), str_claim(claims, "run_id")
+        attempt = str_claim(claims, "run_attempt") or "1"
+        url = None
+        if repository and run_id:
+            # The run's page is on the GitHub host that numbers the repository's ids.
+            parts = urlsplit(issuer)
+            host = issuer_system_of_ids(issuer)
+            web = f"https://{host}" if host == GITHUB_HOST else f"{parts.scheme}://{parts.netloc}"
+            url = f"{web}/{quote(repository)}/actions/runs/{quote(run_id)}/attempts/{quote(attempt)}"
+        return {"repository": repository, "ref": str_claim(claims, "ref"), "commit": str_claim(claims, "sha"),
+                "workflow": str_claim(claims, "job_workflow_ref"), "run": f"{run_id} attempt {attempt}", "url": url}
 
     # -- what people read ----------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from gateway.ci.providers import workflows
 from gateway.ci.providers.base import Binding, RunFacts
@@ -44,6 +45,8 @@ class GitLab(Binding):
     REQUIRED_CLAIMS = ("project_id", "project_path", "ref", "ref_type", "sha", "pipeline_id")
     PROVENANCE_CLAIMS = ("project_path", "project_id", "namespace_id", "ref", "ref_type", "ref_protected", "sha",
                          "pipeline_id", "pipeline_source", "job_id", "ci_config_ref_uri", "user_login", "environment")
+    LABELS = frozenset({"project_path"})
+    EVENTS = "every pipeline source but merge_request_event and external_pull_request_event, on protected refs"
 
     project_id: str
     namespace_id: str | None = None
@@ -62,6 +65,11 @@ class GitLab(Binding):
         if ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
             return f"{ref}: a GitLab ref is a branch name (main), refs/heads/NAME or refs/tags/NAME"
         return None
+
+    @classmethod
+    def normal_ref(cls, ref: str) -> str:
+        """`main` is the branch main, as `listed` reads it."""
+        return ref if ref == "*" or ref.startswith("refs/") else f"refs/heads/{ref}"
 
     def repository_key(self) -> str | None:
         assert self.issuer is not None
@@ -127,6 +135,13 @@ class GitLab(Binding):
     @classmethod
     def home(cls, claims: dict[str, Any]) -> str | None:
         return str_claim(claims, "project_path")
+
+    @classmethod
+    def run_record(cls, claims: dict[str, Any], issuer: str) -> dict[str, str | None]:
+        path, pipeline = str_claim(claims, "project_path"), str_claim(claims, "pipeline_id")
+        url = f"{issuer}/{quote(path)}/-/pipelines/{quote(pipeline)}" if path and pipeline else None
+        return {"repository": path, "ref": qualified_ref(claims), "commit": str_claim(claims, "sha"),
+                "workflow": str_claim(claims, "ci_config_ref_uri"), "run": f"pipeline {pipeline}", "url": url}
 
     def detail(self) -> str | None:
         return self.project_path or f"project #{self.project_id}"

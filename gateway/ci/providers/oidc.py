@@ -29,6 +29,7 @@ class GenericOidc(Binding):
     BINDS_BY = "subject"
     REFS_REQUIRED = False  # the exact subject carries what it scopes
     REQUIRED_CLAIMS = ("sub",)
+    EVENTS = "every run whose token carries the subject"
     PROVENANCE_CLAIMS = ("sub", "ref", "sha", "run_id", "job_id", "workflow")
 
     subject: str

@@ -27,6 +27,7 @@ class StandardWebhook(Binding):
     KEYS = frozenset({"source", "secret_env"})
     BINDS_BY = "secret"
     OIDC = False
+    EVENTS = "whatever the holder of the secret signs"
 
     source: str
     secret_env: str

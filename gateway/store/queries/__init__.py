@@ -3,7 +3,7 @@
 `Queries` wraps one transaction (`Tx`): placeholders are `?` (the PostgreSQL
 driver rewrites them), JSON columns are TEXT holding JSON, moments are epoch
 floats.  The statements are grouped by domain, one module each (entries,
-supports, audit, budgets, recalls, vectors, attestations, ...), so a
+supports, audit, budgets, recalls, vectors, attestations, checkmaps, ...), so a
 domain's SQL reads on one page; `Queries` is all of them on one transaction,
 the one object the services and the drivers know.  The recall index is
 `gateway.store.recall_index`.
@@ -14,6 +14,7 @@ from __future__ import annotations
 from gateway.store.queries.attestations import AttestationQueries
 from gateway.store.queries.audit import AuditQueries
 from gateway.store.queries.budgets import BudgetQueries
+from gateway.store.queries.checkmaps import CheckmapQueries
 from gateway.store.queries.common import _project
 from gateway.store.queries.entries import EntryQueries
 from gateway.store.queries.learning import LearningQueries
@@ -39,6 +40,7 @@ class Queries(
     AuditQueries,
     BudgetQueries,
     AttestationQueries,
+    CheckmapQueries,
     ProposalQueries,
     ThreadQueries,
     LearningQueries,

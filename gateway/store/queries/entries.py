@@ -50,6 +50,17 @@ class EntryQueries(QueryBase):
         await self.attach([entry])
         return entry
 
+    async def entries_by_ids(self, project_id: int, entry_ids: list[str]) -> dict[str, Entry]:
+        if not entry_ids:
+            return {}
+        marks = ", ".join("?" for _ in entry_ids)
+        rows = await self.tx.all(
+            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
+            f"WHERE e.project_id = ? AND e.id IN ({marks})", project_id, *entry_ids)
+        entries = [_entry(r) for r in rows]
+        await self.attach(entries)
+        return {e.id: e for e in entries}
+
     async def entries_by_seqs(self, seqs: list[int]) -> dict[int, Entry]:
         if not seqs:
             return {}

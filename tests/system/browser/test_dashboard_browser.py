@@ -498,3 +498,38 @@ def test_a_new_tokens_secret_is_shown_once_and_a_reload_makes_no_second_token(li
 
     assert live_setup(live_server, count) == 1
     assert page.csp_violations == []  # type: ignore[attr-defined]
+
+
+def test_the_owner_approves_a_published_check_map_in_chromium(live_server: Any, page: Any, checkmap_dir: Path) -> None:
+    """The pending change beside the map in force, and the Approve button, in a real browser."""
+    import time
+
+    import httpx
+
+    from tests.support.attest_fixtures import checkmap, github_binding
+    from tests.support.oidc_issuer import OidcIssuer
+
+    with OidcIssuer() as issuer:
+        async def seed(hub: Any) -> str:
+            await hub.accounts.create_project("acme")
+            (checkmap_dir / "acme.yaml").write_text(checkmap("acme", github_binding(issuer.url), {}))
+            await hub.checkmaps.refresh(hub.driver)
+            return str(await hub.accounts.create_token("acme", "owner", "olivia"))
+
+        owner = live_setup(live_server, seed)
+        wider = checkmap("acme", github_binding(issuer.url, refs="[refs/heads/main, refs/heads/release]"), {})
+        token = issuer.github_token(time.time())
+        answer = httpx.post(f"{live_server.url}/v1/checkmaps", json={"project": "acme", "path": "checkmaps/acme.yaml",
+                                                                     "content": wider},
+                            headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 202, answer.text
+        _sign_in(page, live_server.url, owner)
+        page.goto(f"{live_server.url}/projects/acme/checks")
+        changed = page.locator("table.binding-diff tr.changed")
+        assert changed.count() == 1
+        assert "refs/heads/main, refs/heads/release" in changed.inner_text()
+        page.get_by_role("button", name="Approve").click()
+        page.wait_for_url(re.compile(r"notice=checkmap_approved"))
+        assert page.locator(".checkmap-card").get_attribute("data-checkmap-source") == "published"
+        assert page.locator(".pending-checkmap").count() == 0
+        assert page.csp_violations == []  # type: ignore[attr-defined]

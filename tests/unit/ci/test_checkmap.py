@@ -371,6 +371,33 @@ def test_cli_checks_ids_against_the_store_when_there_is_one(tmp_path: Path) -> N
     assert "acme.yaml:7: migrations: kn_00000000000000000000000001 is not an entry of project acme" in result.stdout
 
 
+def test_cli_checks_one_file_as_its_repository_publishes_it(tmp_path: Path) -> None:
+    """`relayroom checkmap check FILE` in a repository's CI: the problems name
+    the file as the repository does, and hidden characters are refused as a
+    publication refuses them (the owner reads the file before approving)."""
+    (tmp_path / "checkmaps").mkdir()
+    (tmp_path / "checkmaps" / "acme.yaml").write_text(GOOD)
+    ok = run_cli("checkmap", "check", "checkmaps/acme.yaml", env={"CWD": str(tmp_path)})
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("OK: checkmaps/acme.yaml is a valid check map for project acme")
+    (tmp_path / "checkmaps" / "acme.yaml").write_text("# main \u202e niam\n" + GOOD.replace("refs: [refs/heads/main]", "ref: [main]"))
+    bad = run_cli("checkmap", "check", "checkmaps/acme.yaml", env={"CWD": str(tmp_path)})
+    assert bad.returncode == 1
+    assert bad.stdout.splitlines()[0] == ("checkmaps/acme.yaml:1: U+202E at character 8 cannot be seen for what it is; "
+                                          "the owner reviews this text, so it holds only what a person can see")
+    assert "checkmaps/acme.yaml:6: unknown key ref: did you mean `refs`?" in bad.stdout
+    assert bad.stderr.strip().splitlines()[-1].startswith("relayroom: ") and "Traceback" not in bad.stderr
+
+
+def test_cli_checks_one_files_ids_against_the_store(tmp_path: Path) -> None:
+    env = {"RELAYROOM_DATABASE_URL": f"sqlite:///{tmp_path / 'relayroom.db'}", "CWD": str(tmp_path)}
+    assert run_cli("project", "create", "acme", env=env).returncode == 0
+    (tmp_path / "acme.yaml").write_text(GOOD)
+    result = run_cli("checkmap", "check", "acme.yaml", env=env)
+    assert result.returncode == 1
+    assert "acme.yaml:7: migrations: kn_00000000000000000000000001 is not an entry of project acme" in result.stdout
+
+
 def test_cli_missing_folder(tmp_path: Path) -> None:
     result = run_cli("checkmap", "check", str(tmp_path / "nope"), env={"CWD": str(tmp_path)})
     assert result.returncode == 1 and "is not a folder" in result.stderr.strip().splitlines()[-1]

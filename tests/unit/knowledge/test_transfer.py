@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from hashlib import sha256
 import json
 import subprocess
 import sys
@@ -110,7 +111,19 @@ async def build_rich_project(hub: Hub, clock: ManualClock) -> ProjectTokens:
     await hub.recall.recall(reader, "nothing matches this at all")
     clock.advance(2 * HOUR)
     await hub.knowledge.sweep()  # the expiring fact is retired, with its audit row
+
+    async def publish(q: Any) -> None:  # as gateway/ci/publish.py writes them: one in force, one waiting
+        run = {"repository": "acme/api", "commit": "abc", "url": "https://ci/run/9"}
+        for state, refs in (("in_force", "[main]"), ("pending", "[main, next]")):
+            text = PUBLISHED.format(refs=refs)
+            await q.insert_published(project.id, "checkmaps/acme.yaml", text, sha256(text.encode()).hexdigest(), state,
+                                     run, clock.now())
+
+    await hub.driver.write(publish)
     return tokens
+
+
+PUBLISHED = "project: acme\nissuers:\n  - provider: gitlab\n    project_id: \"42\"\n    refs: {refs}\n"
 
 
 def comparable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -140,10 +153,14 @@ async def test_round_trip_loses_nothing(source: str, target: str, tmp_path: Path
     assert counts["entry"] == 7 and counts["proposal"] == 3 and counts["thread_message"] == 1
     assert counts["attestation"] == 2 and counts["recall"] == 2 and counts["token"] == 5
     assert counts["event"] >= 2 and counts["audit"] >= 15 and counts["rate_limit_mark"] == 1
+    assert counts["published_checkmap"] == 2
 
     async with open_hub(target, tmp_path / "target", clock) as destination:
+        await destination.checkmaps.refresh(destination.driver)  # a serving gateway, polling
         summary = await import_project(destination.driver, as_lines(exported))
         assert summary.counts == counts
+        await destination.checkmaps.refresh(destination.driver)  # its next poll: the generation moved
+        assert destination.checkmaps.snapshot.maps["acme"].sha256 == sha256(PUBLISHED.format(refs="[main]").encode()).hexdigest()
         again = await export_project(destination.driver, destination.clock, "acme")
         assert comparable(again) == comparable(exported)
 

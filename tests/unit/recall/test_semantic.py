@@ -163,12 +163,14 @@ async def test_the_model_runs_off_the_event_loop(semantic_hub: Hub, monkeypatch:
         threads.append(threading.current_thread().name)
         started = time.perf_counter()
         try:
+            # However fast this machine runs the model, each call holds its
+            # thread long enough that the loop would see it if it ran there.
+            time.sleep(0.06)
             return encode(texts)
         finally:
             durations.append(time.perf_counter() - started)
 
     monkeypatch.setattr(stage.encoder, "encode", recording)  # the process's one encoder: undone after
-    # Enough text that one batch takes far longer than the gaps allowed below.
     project = await hub.accounts.project("acme")
     for i in range(48):
         entry, _ = await hub.knowledge.learn(owner, "fact", f"Service number {i} " + "logs rotate daily and compress old files " * 12)
@@ -198,7 +200,7 @@ async def test_the_model_runs_off_the_event_loop(semantic_hub: Hub, monkeypatch:
     # loop, one gap would be as long as that batch (a shared CI machine may
     # delay a tick, never by a whole batch's time).
     longest = max(durations)
-    assert spent > 0.1 and longest > 0.05 and max(gaps) < longest / 2, (spent, longest, max(gaps))
+    assert spent > 0.1 and longest >= 0.06 and max(gaps) < longest / 2, (spent, longest, max(gaps))
 
 
 @pytest.mark.parametrize("case", ["off", "missing", "mismatch", "installed model changed", "tokenizer changed"])
