@@ -3,7 +3,7 @@
     .venv/bin/python bench/recall_eval.py                      # fused, as a plain install ranks
     RELAYROOM_SEMANTIC_MODEL=off .venv/bin/python bench/recall_eval.py   # lexical alone
     RELAYROOM_DATABASE_URL=postgresql://... .venv/bin/python bench/recall_eval.py   # on PostgreSQL
-    .venv/bin/python bench/recall_eval.py --misses dev         # dev questions whose best answer is not first
+    .venv/bin/python bench/recall_eval.py --dump dev           # each dev question: the rank of an answer, the first three
     .venv/bin/python bench/recall_eval.py --sweep              # fusion rules on the dev split (tuning)
 
 The set (bench/recall_eval/*.yaml) holds, per project, entries written in our
@@ -105,6 +105,7 @@ class Observed:
     first_text: str | None
     cosines: Any  # every entry's cosine, in the matrix's row order
     answer: list[str]  # what Recall.recall returned (eval ids)
+    scores: list[float]  # their scores
     top_score: float
 
 
@@ -136,7 +137,8 @@ class Fixture:
         owner = self.projects[query.project]
         _, results = await self.hub.recall.recall(owner, query.text, None, K)
         answer = [self.names[e.seq] for e, _ in results]
-        top = results[0][1] if results else 0.0
+        scores = [score for _, score in results]
+        top = scores[0] if scores else 0.0
         pid, now = owner.project.id, self.hub.clock.now()
         stage = self.hub.recall.semantic
 
@@ -152,7 +154,7 @@ class Fixture:
             return hits, text, cosines
 
         hits, text, cosines = await self.hub.driver.read(stages_said)
-        return Observed(query, hits, text, cosines, answer, top)
+        return Observed(query, hits, text, cosines, answer, scores, top)
 
     async def close(self) -> None:
         await self.hub.stop()
@@ -216,12 +218,28 @@ def sweep(observed: list[Observed], vectors: Any) -> None:
         print(f"dev MRR@10 {mrr:.4f}  base {base} margin_gain {margin} separation_gain {separation}")
 
 
+def dump(setting: str, observed: list[Observed], entries: dict[str, list[dict[str, Any]]]) -> None:
+    """One line per question: its project, the answers wanted, the rank of
+    the first of them returned (None: not in the first ten), and the first
+    three returned with their projects and scores: in the pooled setting the
+    projects show whether another project's entry came first."""
+    project_of = {item["id"]: slug for slug, items in entries.items() for item in items}
+    for o in observed:
+        q = o.query
+        rank = next((i + 1 for i, a in enumerate(o.answer) if a in q.relevant), None) if q.relevant else None
+        first = "  ".join(f"{a}({project_of[a]}) {s:.3f}" for a, s in zip(o.answer[:3], o.scores))
+        print(f"{setting}\t{q.project}\t{q.text!r}\twant {list(q.relevant)}\trank {rank}\t{first}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--misses", choices=["dev", "test"], help="questions of a split whose best answer is not first")
     parser.add_argument("--sweep", action="store_true", help="rank the dev split under a grid of fusion rules")
     parser.add_argument("--only", choices=["per-project", "pooled"])
+    parser.add_argument(
+        "--dump", choices=["dev", "test"],
+        help="each question of a split: its project, the answers wanted, the rank of the first, the first three returned",
+    )
     args = parser.parse_args(argv)
     entries, queries = load()
     report: dict[str, Any] = {"store": "postgres" if os.environ.get("RELAYROOM_DATABASE_URL", "").startswith("postgres") else "sqlite"}
@@ -233,10 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.sweep and vectors:
             print(f"## {setting}")
             sweep(observed, vectors)
-        if args.misses:
-            for o in observed:
-                if o.query.split == args.misses and o.query.relevant and (not o.answer or o.answer[0] != o.query.relevant[0]):
-                    print(f"  {setting} {o.query.project}: {o.query.text!r} want {list(o.query.relevant)} got {o.answer[:4]}")
+        if args.dump:
+            dump(setting, [o for o in observed if o.query.split == args.dump], entries)
     report["entries"] = sum(len(v) for v in entries.values())
     report["questions"] = len(queries)
     print(json.dumps(report, indent=None if not args.json else 2))
