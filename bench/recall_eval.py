@@ -101,7 +101,7 @@ class Observed:
     """What the two stages said about one question, to replay fusion rules."""
 
     query: Query
-    lexical: list[tuple[int, float]]  # the lexical stage's best 30 (seq, score)
+    lexical: list[tuple[int, float]]  # the lexical candidates fusion saw (seq, score)
     first_text: str | None
     cosines: Any  # every entry's cosine, in the matrix's row order
     answer: list[str]  # what Recall.recall returned (eval ids)
@@ -143,7 +143,7 @@ class Fixture:
         stage = self.hub.recall.semantic
 
         async def stages_said(q: Any) -> tuple[list[tuple[int, float]], str | None, Any]:
-            hits = await stages.candidates(q, pid, query.text, None, stages.CANDIDATES, now)
+            hits = await stages.candidates(q, pid, query.text, None, stages.HEADROOM, now)
             first = (await q.recalled_entries([hits[0][0]])).get(hits[0][0]) if hits else None
             text = f"{first.statement} {first.evidence or ''}" if first else None
             cosines = None

@@ -192,7 +192,7 @@ class Recall:
 
         async def lexical(q: Queries) -> tuple[stages.Hits, Entry | None]:
             await self._within_budget(q, principal, now, lock=False)
-            hits = await stages.candidates(q, project_id, query, kind, max(limit, stages.CANDIDATES), now)
+            hits = await stages.candidates(q, project_id, query, kind, max(limit, stages.HEADROOM), now)
             first = (await q.recalled_entries([hits[0][0]])).get(hits[0][0]) if hits else None
             return hits, first
 

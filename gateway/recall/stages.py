@@ -20,8 +20,11 @@ from gateway.recall.query import plan
 from gateway.recall.semantic import SHORTLIST, QueryVector, SemanticStage, cosines, nearest, shortlist
 from gateway.store.queries import Queries
 
-CANDIDATES = 30  # from each side, before fusion picks the `limit` best
-HEADROOM = 60  # lexical candidates read for the kind hints to reorder
+CANDIDATES = 30  # nearest by meaning, before fusion picks the `limit` best
+# Lexical candidates read for the kind hints to reorder; a fused recall hands
+# all of them to fusion: in a big project an entry far down by its words may
+# still be near by its meaning, and only a candidate of both sides adds both.
+HEADROOM = 60
 KIND_BOOST = 1.25  # an entry of a kind the question asks for, lifted this much
 
 Hits = list[tuple[int, float]]
@@ -68,7 +71,7 @@ async def fused(
     now: float,
     rule: fusion.FusionRule = fusion.DEFAULT_RULE,
 ) -> list[tuple[Entry, float]]:
-    """`hits`: the lexical stage's best `max(limit, CANDIDATES)`, and
+    """`hits`: the lexical stage's best `max(limit, HEADROOM)`, and
     `first` the first one's entry, read just before; `query`: the query's
     vector, and its nearest rows when they were computed with it.  Only the
     entries fusion picks are read, here, in this snapshot."""

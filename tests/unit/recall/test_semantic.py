@@ -482,3 +482,26 @@ async def test_a_big_project_held_by_signs_answers_as_the_full_matrix_does(
     project = await hub.driver.read(lambda q: stage.project_vectors(q, owner.project.id))
     assert project.matrix is None and project.signs.shape == (len(ENTRIES), 6)
     assert held == dense
+
+
+async def test_an_entry_far_down_by_its_words_but_nearest_by_meaning_is_fused(semantic_hub: Hub) -> None:
+    """In a big project many entries can share a common word of the question
+    more often than its answer does: the answer, 40th by its words, is still
+    a lexical candidate of fusion, and its words add to its meaning."""
+    hub = semantic_hub
+    await make_project(hub, "acme")
+    owner = Principal(project=await hub.accounts.project("acme"), name="olivia", level="owner")
+    for n in range(40):
+        statement = f"Commit hook {n} checks each commit of module m{n} before the commit lands."
+        entry, _ = await hub.knowledge.learn(owner, "fact", statement)
+        await hub.knowledge.confirm(owner, entry.id)
+    answer, _ = await hub.knowledge.learn(
+        owner, "convention",
+        "A subject line is at most 72 characters, lower case except names, prefixed by the crate, "
+        "and starts with an imperative verb, one per commit.",
+    )
+    await hub.knowledge.confirm(owner, answer.id)
+    assert hub.recall.semantic is not None
+    await hub.recall.semantic.fill_all(hub.driver)
+    _, found = await hub.recall.recall(owner, "commit title format")
+    assert found[0][0].id == answer.id
