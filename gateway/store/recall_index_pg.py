@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.store.recall_index import WEIGHTS, Candidate, IndexRow, Terms, bump, columns
+from gateway.store.schema import SET_META
 
 CONFIG = "relayroom_porter"
 # How the index tables were built: other tables are rebuilt by `install`.
@@ -240,7 +241,4 @@ async def install(tx: Any) -> None:
             "ORDER BY seq", project_id,
         )
         await add_many(tx, project_id, [(r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in rows])
-    await tx.run(
-        "INSERT INTO meta(key, value) VALUES ('recall_index', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        INDEX_VERSION,
-    )
+    await tx.run(SET_META, "recall_index", INDEX_VERSION)

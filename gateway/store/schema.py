@@ -37,6 +37,7 @@ DIALECT_TYPES = {
 # Created before anything else, to read the version from (a driver runs it
 # on its own first).
 META_TABLE = """CREATE TABLE IF NOT EXISTS meta (key {TEXT} PRIMARY KEY, value {TEXT} NOT NULL)"""
+SET_META = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
@@ -384,6 +385,15 @@ LATEST_VERSION = MIGRATIONS[-1][0]
 
 def expand(sql: str, dialect: str) -> str:
     return sql.format(**DIALECT_TYPES[dialect])
+
+
+def upgrades(current: int, dialect: str) -> list[tuple[int, list[str]]]:
+    """The migrations a store at version `current` still needs, as `dialect` runs them."""
+    if current > LATEST_VERSION:
+        raise RuntimeError(
+            f"the database schema is version {current}, newer than this gateway ({LATEST_VERSION}); upgrade the gateway"
+        )
+    return [(version, for_dialect(statements, dialect)) for version, statements in MIGRATIONS if version > current]
 
 
 def for_dialect(statements: list[Statement], dialect: str) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from gateway.core.errors import Unavailable
 from gateway.store.base import Driver, T, Unit
-from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
+from gateway.store.schema import META_TABLE, SET_META, expand, upgrades
 
 log = logging.getLogger("relayroom.store")
 
@@ -128,23 +128,12 @@ class SqliteDriver(Driver):
         assert conn is not None
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(expand(META_TABLE, self.dialect))
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            current = int(row[0]) if row else 0
-            if current > LATEST_VERSION:
-                raise RuntimeError(
-                    f"the database schema is version {current}, newer than this gateway ({LATEST_VERSION}); upgrade the gateway"
-                )
-            for version, statements in MIGRATIONS:
-                if version <= current:
-                    continue
-                for sql in for_dialect(statements, self.dialect):
+            for version, statements in upgrades(int(row[0]) if row else 0, self.dialect):
+                for sql in statements:
                     conn.execute(sql)
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    (str(version),),
-                )
+                conn.execute(SET_META, ("schema_version", str(version)))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.ids import new_id
-from gateway.store.queries.common import QueryBase, _dump, _load
+from gateway.store.queries.common import _dump, _load
+from gateway.store.queries.meta import MetaQueries
+from gateway.store.schema import SET_META
 
 PUBLISHED_STATES = ("in_force", "pending", "superseded", "replaced", "rejected")
 GENERATION_KEY = "checkmaps_generation"
@@ -46,15 +48,13 @@ def _published(row: dict[str, Any]) -> PublishedRow:
                         decided_at=row["decided_at"], decided_by=row["decided_by"])
 
 
-class CheckmapQueries(QueryBase):
+class CheckmapQueries(MetaQueries):
     async def checkmap_generation(self) -> str:
-        row = await self.tx.one("SELECT value FROM meta WHERE key = ?", GENERATION_KEY)
-        return row["value"] if row else ""
+        return await self.meta_get(GENERATION_KEY) or ""
 
     async def new_checkmap_generation(self) -> None:
         """Tell every process that a map in force changed (they poll the value)."""
-        await self.tx.run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
-                          "excluded.value", GENERATION_KEY, new_id("gen"))
+        await self.tx.run(SET_META, GENERATION_KEY, new_id("gen"))
 
     async def published_checkmap(self, project_id: int, state: str) -> PublishedRow | None:
         """The project's map in that state (`in_force` or `pending`), if any."""
