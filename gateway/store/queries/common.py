@@ -101,6 +101,11 @@ class QueryBase:
         if self.dialect.advisory_lock is not None:
             await self.tx.one(self.dialect.advisory_lock, key)
 
+    async def _entries(self, where: str, *args: Any) -> list[Entry]:
+        """The entries `WHERE {where}` selects, without their supports and contradictions."""
+        sql = f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE {where}"
+        return [_entry(r) for r in await self.tx.all(sql, *args)]
+
     async def _count_since(self, lock: str | None, sql: str, *args: Any) -> tuple[int, float | None]:
         """`sql`'s count `n` and its `oldest` time, with the lock named `lock`
         held (`serialize`) until the transaction ends: the count decides.

@@ -95,14 +95,8 @@ class LearningQueries(QueryBase):
         )
         clause = f"e.project_id = ? AND {STATE_FILTERS['trusted']} AND NOT {returned}"
         row = await self.tx.one(f"SELECT COUNT(*) AS n FROM entries e WHERE {clause}", project_id, now)
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE {clause} "
-            "ORDER BY e.seq ASC LIMIT ?",
-            project_id,
-            now,
-            limit,
-        )
-        return (int(row["n"]) if row else 0), [_entry(r) for r in rows]
+        oldest = await self._entries(f"{clause} ORDER BY e.seq ASC LIMIT ?", project_id, now, limit)
+        return (int(row["n"]) if row else 0), oldest
 
     async def entry_recall_stats(self, entry_seq: int) -> tuple[int, int]:
         """(times returned by a recall, times reported used) for one entry, ever."""
@@ -129,11 +123,8 @@ class LearningQueries(QueryBase):
             likes.append("e.norm_statement LIKE ? ESCAPE '\\'")
             escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             args.append(f"%{escaped}%")
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            f"WHERE e.project_id = ? AND {STATE_FILTERS['candidate']} AND ({' OR '.join(likes)}) "
-            "ORDER BY e.seq DESC LIMIT ?",
+        return await self._entries(
+            f"e.project_id = ? AND {STATE_FILTERS['candidate']} AND ({' OR '.join(likes)}) ORDER BY e.seq DESC LIMIT ?",
             *args,
             limit,
         )
-        return [_entry(r) for r in rows]
