@@ -63,13 +63,9 @@ async def generation(tx: Any, project_id: int) -> int:
     return int(row["generation"]) if row else 0
 
 
-def _quoted(word: str) -> str:
-    return '"' + word.replace('"', '""') + '"'
-
-
 def fts5_expression(words: Sequence[str]) -> str | None:
     """The words OR-ed, each a quoted string: no operator or column filter can be injected."""
-    return " OR ".join(_quoted(w) for w in words) or None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
 
 
 async def live(tx: Any, seqs: Sequence[int], kind: str | None, now: float) -> dict[int, str]:
@@ -103,10 +99,7 @@ class SqliteIndex:
         await self.tx.run("INSERT INTO recall_index (project_id) VALUES (?) ON CONFLICT (project_id) DO NOTHING", project_id)
 
     async def add(self, entry: Entry) -> None:
-        await self.tx.run(
-            f"INSERT INTO {self.table(entry.project_id)} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?, ?)", entry.seq, *columns(entry.statement, entry.evidence, entry.kind)
-        )
-        await bump(self.tx, entry.project_id)
+        await self.add_many(entry.project_id, [(entry.seq, entry.kind, entry.expires_at, entry.statement, entry.evidence)])
 
     async def remove(self, entry: Entry) -> None:
         table = self.table(entry.project_id)

@@ -283,19 +283,12 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
         5,
         [
-            # SQLite: how many times each entry was returned, bumped with every
-            # recall's results, in place of the index recall_results_entry
-            # (see `Dialect.recall_counters` for why, and why not on
-            # PostgreSQL).  entry_seq is the rowid, so the counters of a group
-            # of recalls share a page or two.  A re-run (a store set back to
-            # an older version number) finds the table: it is filled afresh.
+            # SQLite: how many times each entry was returned, in place of the
+            # index recall_results_entry (`Dialect.recall_counters` says why,
+            # and why not on PostgreSQL); version 7 counts the rows into it.
+            # entry_seq is the rowid, so the counters of a group of recalls
+            # share a page or two.
             Only("sqlite", "CREATE TABLE IF NOT EXISTS recall_counts (entry_seq {INT} PRIMARY KEY, returned {INT} NOT NULL)"),
-            Only("sqlite", "DELETE FROM recall_counts"),
-            Only(
-                "sqlite",
-                "INSERT INTO recall_counts (entry_seq, returned) "
-                "SELECT entry_seq, COUNT(*) FROM recall_results GROUP BY entry_seq",
-            ),
             Only("sqlite", "DROP INDEX IF EXISTS recall_results_entry"),
         ],
     ),
@@ -325,10 +318,9 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             # SQLite: the recall counters are folded from the result rows
             # once every hundred recalls instead of bumped by each recall
             # (`gateway.store.queries.recalls.FOLD_RETURNED`); this row is
-            # the last recall seq folded.  Counted afresh from the rows, as
-            # version 5 did, so a re-run (a store set back to an older
-            # version number, whose gateway counted per recall or not at
-            # all) counts nothing twice.
+            # the last recall seq folded.  Counted afresh from the rows, so a
+            # re-run (a store set back to an older version number, whose
+            # gateway counted per recall or not at all) counts nothing twice.
             Only("sqlite", "CREATE TABLE IF NOT EXISTS recall_counts_folded "
                            "(one INTEGER PRIMARY KEY CHECK (one = 1), up_to INTEGER NOT NULL)"),
             Only("sqlite", "DELETE FROM recall_counts"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.store.queries.common import QueryBase, _dump, _load, _where
+from gateway.store.queries.common import QueryBase, _dump
 
 
 @dataclass(frozen=True)
@@ -185,22 +185,6 @@ class AttestationQueries(QueryBase):
     async def jwks_refreshed_at(self, issuer: str) -> float | None:
         row = await self.tx.one("SELECT at FROM jwks_refreshes WHERE issuer = ?", issuer)
         return float(row["at"]) if row and row["at"] >= 0 else None
-
-    async def list_attestations(
-        self, project_id: int, *, check: str | None = None, before_seq: int | None = None, limit: int = 100
-    ) -> list[dict[str, Any]]:
-        """Newest first: what CI said, counted or not."""
-        where, args = _where(("project_id = ?", project_id), ("check_name = ?", check), ("seq < ?", before_seq))
-        rows = await self.tx.all(
-            "SELECT seq, id, issuer, check_name, outcome, counted, reason, provenance, run_url, at FROM attestations "
-            f"WHERE {where} ORDER BY seq DESC LIMIT ?",
-            *args,
-            limit,
-        )
-        for row in rows:
-            row["counted"] = bool(row["counted"])
-            row["provenance"] = _load(row["provenance"])
-        return rows
 
     async def check_outcomes(self, project_id: int) -> list[dict[str, Any]]:
         """Attestations grouped by check, issuer, outcome and whether they counted."""

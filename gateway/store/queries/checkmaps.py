@@ -42,10 +42,7 @@ class PublishedRow:
 
 
 def _published(row: dict[str, Any]) -> PublishedRow:
-    return PublishedRow(id=int(row["id"]), project_id=int(row["project_id"]), project=row["project"],
-                        source=row["source"], content=row["content"], sha256=row["sha256"], state=row["state"],
-                        published_at=float(row["published_at"]), run=_load(row["run"]) or {},
-                        decided_at=row["decided_at"], decided_by=row["decided_by"])
+    return PublishedRow(**{**row, "run": _load(row["run"]) or {}})
 
 
 class CheckmapQueries(MetaQueries):
