@@ -46,17 +46,15 @@ import random
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from gateway.core.errors import Conflict, GatewayError, Unavailable
 from gateway.store.base import Driver, T, Unit
-from gateway.store.pg_connections import Connections
-from gateway.store.schema import META_TABLE, SET_META, expand, upgrades
 from gateway.store import recall_index_pg
-
-if TYPE_CHECKING:
-    from gateway.store.queries import Queries
+from gateway.store.pg_connections import Connections
+from gateway.store.queries import Queries
+from gateway.store.schema import META_TABLE, SET_META, expand, upgrades
 
 log = logging.getLogger("relayroom.store")
 
@@ -266,8 +264,6 @@ class PostgresDriver(Driver):
     async def _write(self, unit: Unit[T], *, durable: bool, snapshot: bool, single: bool = False) -> T:
         import asyncpg
 
-        from gateway.store.queries import Queries
-
         retryable = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
         attempt = 0
         unique_failures = 0
@@ -300,16 +296,12 @@ class PostgresDriver(Driver):
             await asyncio.sleep(random.uniform(0.002, 0.01) * attempt)
 
     async def read(self, unit: Unit[T]) -> T:
-        from gateway.store.queries import Queries
-
         with _server_faults("read"):
             async with self._acquire() as conn:
                 async with _transaction(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
                     return await unit(Queries(PostgresTx(conn)))
 
     async def read_statement(self, unit: Unit[T]) -> T:
-        from gateway.store.queries import Queries
-
         with _server_faults("read"):
             async with self._acquire() as conn:
                 return await unit(Queries(PostgresTx(conn)))

@@ -1,9 +1,10 @@
 """The recall index: each project's trusted entries in the store's own full-text index.
 
 What the store offers recall: `lexical`, the best trusted, unexpired entries
-holding any of a list of weighted words by the store's native BM25; and
-`generation`, a per-project counter bumped in the transaction of any change
-to what recall shows, the one key a process may keep derived data under.
+holding any of a list of weighted words by the store's native BM25; and the
+project's generation in `recall_index`, a counter bumped (`bump`) in the
+transaction of any change to what recall shows, the one key a process may
+keep derived data under.
 One table per project, written with the move into or out of trust.
 """
 
@@ -56,11 +57,6 @@ def columns(statement: str, evidence: str | None, kind: str) -> tuple[str, str, 
 async def bump(tx: Any, project_id: int) -> None:
     """What recall shows of the project changed, in this transaction."""
     await tx.run("UPDATE recall_index SET generation = generation + 1 WHERE project_id = ?", project_id)
-
-
-async def generation(tx: Any, project_id: int) -> int:
-    row = await tx.one("SELECT generation FROM recall_index WHERE project_id = ?", project_id)
-    return int(row["generation"]) if row else 0
 
 
 def fts5_expression(words: Sequence[str]) -> str | None:

@@ -295,15 +295,10 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
         6,
         [
-            # What the background sweep (every RELAYROOM_SWEEP_INTERVAL
-            # seconds) looks for, found through an index instead of a scan
-            # of the whole table.  On SQLite a sweep's statements run on the
-            # event loop, so a scan stalled every request for as long as it
-            # took, growing with the hub (docs/decisions/0011).
-            # Where a table also holds rows the sweep never picks (entries
-            # without an expiry, webhook deliveries kept for good), the
-            # index is partial, so writing those rows pays nothing; its
-            # condition is written as the sweep's statement writes it,
+            # What the background sweep looks for, found by an index: a scan
+            # of the table stalled SQLite's event loop (docs/decisions/0011).
+            # Partial where the table holds rows the sweep never picks, so
+            # writing those pays nothing; the condition is the sweep's own,
             # which is how SQLite sees that the index serves the query.
             "CREATE INDEX IF NOT EXISTS entries_expiring ON entries(expires_at) "
             "WHERE expires_at IS NOT NULL AND state IN ('candidate', 'trusted')",

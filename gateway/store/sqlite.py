@@ -27,6 +27,7 @@ from typing import Any
 
 from gateway.core.errors import Unavailable
 from gateway.store.base import Driver, T, Unit
+from gateway.store.queries import Queries
 from gateway.store.schema import META_TABLE, SET_META, expand, upgrades
 
 log = logging.getLogger("relayroom.store")
@@ -172,8 +173,6 @@ class SqliteDriver(Driver):
         return await future
 
     async def read(self, unit: Unit[T]) -> T:
-        from gateway.store.queries import Queries
-
         assert self._reader is not None and self._read_lock is not None
         async with self._read_lock:
             self._reader.execute("BEGIN")
@@ -187,8 +186,6 @@ class SqliteDriver(Driver):
         (`Driver.read_statement`): the statement is its own read
         transaction, which ends when its cursor is released (`SqliteTx`
         keeps none past the call that ran it)."""
-        from gateway.store.queries import Queries
-
         assert self._reader is not None and self._read_lock is not None
         async with self._read_lock:
             return await unit(Queries(SqliteTx(self._reader)))
@@ -200,8 +197,6 @@ class SqliteDriver(Driver):
         fails that group's callers with 503 and the loop goes on; if the loop
         itself ends, every caller still waiting is failed rather than left
         hanging."""
-        from gateway.store.queries import Queries
-
         assert self._queue is not None and self._writer is not None
         queries = Queries(SqliteTx(self._writer))
         try:

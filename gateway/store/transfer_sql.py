@@ -175,33 +175,28 @@ class TransferQueries:
     async def recall_seqs(self, project_id: int) -> dict[str, int]:
         return {r["id"]: int(r["seq"]) for r in await self.tx.all("SELECT id, seq FROM recalls WHERE project_id = ?", project_id)}
 
-    async def existing_ids(self, table_name: str, ids: list[str]) -> list[str]:
-        """Which of these public ids the target already holds (in any project)."""
+    async def _existing(self, table: str, column: str, values: list[str]) -> list[str]:
+        """Which of these values of `column` the target's `table` already holds (in any project)."""
         found: list[str] = []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
-            rows = await self.tx.all(f"SELECT id FROM {TABLES[table_name].name} WHERE id IN ({marks})", *chunk)
-            found.extend(r["id"] for r in rows)
+            rows = await self.tx.all(f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", *chunk)
+            found.extend(r[column] for r in rows)
         return found
 
+    async def existing_ids(self, table_name: str, ids: list[str]) -> list[str]:
+        return await self._existing(TABLES[table_name].name, "id", ids)
+
     async def existing_token_hashes(self, hashes: list[str]) -> int:
-        count = 0
-        for start in range(0, len(hashes), 500):
-            chunk = hashes[start : start + 500]
-            marks = ", ".join("?" for _ in chunk)
-            row = await self.tx.one(f"SELECT COUNT(*) AS n FROM tokens WHERE token_hash IN ({marks})", *chunk)
-            count += int(row["n"]) if row else 0
-        return count
+        return len(await self._existing("tokens", "token_hash", hashes))
 
     async def insert(self, table_name: str, project_id: int, rows: list[tuple[Any, ...]], links: dict[str, dict[str, int]]) -> None:
         """Insert exported rows (values in `TABLES` order) into a project."""
         if not rows:
             return
         table = TABLES[table_name]
-        columns: list[str] = []
-        for c in table.columns:
-            columns.append(LINKS.get(c.name, c.name))
+        columns = [LINKS.get(c.name, c.name) for c in table.columns]
         with_project = "project_id" in table.internal
         if with_project:
             columns.append("project_id")

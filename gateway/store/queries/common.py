@@ -28,10 +28,10 @@ def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-ENTRY_COLUMNS = (
-    "e.seq, e.id, e.project_id, p.slug AS project_slug, e.kind, e.statement, e.evidence, e.state, "
-    "e.created_at, e.created_by, e.created_via, e.expires_at, e.promoted_at, e.promoted_by, e.provenance"
-)
+# An entry's columns (and its project's slug), named as `Entry`'s fields.
+ENTRY_FIELDS = ("seq", "id", "project_id", "kind", "statement", "evidence", "state", "created_at", "created_by",
+                "created_via", "expires_at", "promoted_at", "promoted_by", "provenance", "project_slug")
+ENTRY_COLUMNS = ", ".join(f"e.{name}" for name in ENTRY_FIELDS[:-1]) + ", p.slug AS project_slug"
 
 
 def _project(row: dict[str, Any]) -> Project:
@@ -50,23 +50,9 @@ def _project(row: dict[str, Any]) -> Project:
 
 
 def _entry(row: dict[str, Any]) -> Entry:
-    return Entry(
-        seq=row["seq"],
-        id=row["id"],
-        project_id=row["project_id"],
-        project_slug=row["project_slug"],
-        kind=row["kind"],
-        statement=row["statement"],
-        evidence=row["evidence"],
-        state=row["state"],
-        created_at=row["created_at"],
-        created_by=row["created_by"],
-        created_via=row["created_via"],
-        expires_at=row["expires_at"],
-        promoted_at=row["promoted_at"],
-        promoted_by=row["promoted_by"],
-        provenance=_load(row["provenance"]),
-    )
+    fields = {name: row[name] for name in ENTRY_FIELDS}
+    fields["provenance"] = _load(fields["provenance"])
+    return Entry(**fields)
 
 
 # Effective-state filters: an expired candidate or trusted entry reads as
