@@ -25,8 +25,6 @@ Why it looks the way it does:
   trip in all.
 - A non-durable transaction opens with `BEGIN; SET LOCAL synchronous_commit
   TO OFF` sent as one simple query (one round trip instead of two).
-- The SQL of `Queries` is written once with `?` placeholders; each distinct
-  string is rewritten to `$1..$n` once and cached.
 - Every statement has a time limit (`statement_timeout`), so a stuck query
   answers 503 with Retry-After instead of holding a request forever.
 

@@ -92,7 +92,6 @@ class SqliteIndex:
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.table(project_id)} USING fts5("
             f"{COLUMNS}, content='', tokenize='{TOKENIZE}')"
         )
-        await self.tx.run("INSERT INTO recall_index (project_id) VALUES (?) ON CONFLICT (project_id) DO NOTHING", project_id)
 
     async def add(self, entry: Entry) -> None:
         await self.add_many(entry.project_id, [(entry.seq, entry.kind, entry.expires_at, entry.statement, entry.evidence)])

@@ -137,7 +137,6 @@ class PostgresIndex:
             "expires_at DOUBLE PRECISION, len INTEGER NOT NULL, tsv tsvector NOT NULL)"
         )
         await self.tx.run(f"CREATE INDEX IF NOT EXISTS {name}_tsv ON {name} USING gin (tsv)")
-        await self.tx.run("INSERT INTO recall_index (project_id) VALUES (?) ON CONFLICT (project_id) DO NOTHING", project_id)
 
     async def add(self, entry: Entry) -> None:
         await self.remove(entry)  # a re-add counts once

@@ -2,7 +2,8 @@
 
 Types are written as `{ID}` (auto-increment key), `{REAL}`, `{INT}`, `{TEXT}`,
 `{BLOB}` and expanded per dialect.  Every moment is a float of epoch seconds.
-A migration never changes once released: a new version is appended.
+A new version is appended; a released one changes only where the store it
+leaves, from any older version, stays the same.
 
 A statement is run on both backends unless it is given as `Only(dialect,
 sql)`: where the store itself differs by backend (`Dialect.recall_counters`),
@@ -222,14 +223,6 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
                 at {REAL} NOT NULL
             )""",
             "CREATE INDEX thread_messages_poster_time ON thread_messages(project_id, posted_by, at)",
-            # Recall's embedding vectors, rebuilt in version 4.
-            """CREATE TABLE entry_vectors (
-                seq {INT} PRIMARY KEY,
-                project_id {INT} NOT NULL,
-                model {TEXT} NOT NULL,
-                vector {BLOB} NOT NULL
-            )""",
-            "CREATE INDEX entry_vectors_project ON entry_vectors(project_id, seq)",
         ],
     ),
     (
@@ -266,7 +259,7 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
         [
             # Recall's vectors: a row exactly while its entry is trusted, written
             # by the trust move as a placeholder (model and vector NULL) that the
-            # background fill completes.  The v1 table is rebuilt.
+            # background fill completes; the table of versions 1 to 3 is dropped.
             "DROP TABLE IF EXISTS entry_vectors",
             """CREATE TABLE entry_vectors (
                 id {ID},

@@ -161,9 +161,7 @@ class SqliteDriver(Driver):
             return False
 
     async def write(self, unit: Unit[T], *, durable: bool = True) -> T:
-        """Run `unit` in the next group transaction.  With durable=False the
-        caller is answered before the group's commit (for records that are
-        telemetry, not knowledge)."""
+        """Run `unit` in the next group transaction."""
         if self._queue is None or self._stopped:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

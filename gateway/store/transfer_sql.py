@@ -130,6 +130,17 @@ DERIVED_TABLES = ("recall_index", "entry_vectors", "recall_counts", "recall_coun
 LINKS = {"entry": "entry_seq", "recall": "recall_seq"}
 
 
+# How a project's rows of a table are found and ordered, where not by its
+# own project_id and key.
+ROW_ORDER = {
+    "projects": ("t.id = ?", "t.id"),
+    "supports": ("entry_ref.project_id = ?", "t.id"),
+    "recall_results": ("recall_ref.project_id = ?", "t.recall_seq, t.rank"),
+    "rate_limit_marks": ("t.project_id = ?", "t.hour, t.principal, t.kind"),
+    "recall_uses": ("t.project_id = ?", "t.recall_seq, t.entry_seq"),
+}
+
+
 def _select(table: Table) -> str:
     return ", ".join(f"{c.name}_ref.id AS {c.name}" if c.name in LINKS else f"t.{c.name}" for c in table.columns)
 
@@ -152,18 +163,8 @@ class TransferQueries:
             joins.append("JOIN entries entry_ref ON entry_ref.seq = t.entry_seq")
         if "recall" in names:
             joins.append("JOIN recalls recall_ref ON recall_ref.seq = t.recall_seq")
-        if table_name == "projects":
-            where, order = "t.id = ?", "t.id"
-        elif table_name in ("supports", "recall_results"):
-            anchor = "entry_ref" if table_name == "supports" else "recall_ref"
-            where, order = f"{anchor}.project_id = ?", "t.id" if table_name == "supports" else "t.recall_seq, t.rank"
-        elif table_name == "rate_limit_marks":
-            where, order = "t.project_id = ?", "t.hour, t.principal, t.kind"
-        elif table_name == "recall_uses":
-            where, order = "t.project_id = ?", "t.recall_seq, t.entry_seq"
-        else:
-            key = "seq" if "seq" in table.internal else "id"
-            where, order = "t.project_id = ?", f"t.{key}"
+        key = "seq" if "seq" in table.internal else "id"
+        where, order = ROW_ORDER.get(table_name, ("t.project_id = ?", f"t.{key}"))
         sql = f"SELECT {_select(table)} FROM {table.name} t {' '.join(joins)} WHERE {where} ORDER BY {order}"
         return await self.tx.all(sql, project_id)
 

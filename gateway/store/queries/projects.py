@@ -38,6 +38,7 @@ class ProjectQueries(QueryBase):
         )
         assert row is not None
         project = _project(row)
+        await self.tx.run("INSERT INTO recall_index (project_id) VALUES (?)", project.id)
         await self.index.create_project(project.id)
         return project
 
