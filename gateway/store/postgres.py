@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -170,22 +171,19 @@ class PostgresDriver(Driver):
         timeout_ms = self._options["statement_timeout_ms"]
         self._gate = asyncio.Semaphore(self._options["pool_max"])
 
-        def connect() -> Awaitable[Any]:
-            connecting: Awaitable[Any] = asyncpg.connect(
-                self._dsn,
-                timeout=CONNECT_TIMEOUT,
-                command_timeout=timeout_ms / 1000 + 5,
-                server_settings={
-                    "statement_timeout": str(timeout_ms),
-                    # A unit awaits only its queries; a transaction idle this
-                    # long belongs to a process that hung, so free its locks.
-                    "idle_in_transaction_session_timeout": str(max(60000, 4 * timeout_ms)),
-                    "application_name": "relayroom-gateway",
-                },
-            )
-            return connecting
-
-        connections = Connections(connect)
+        connections = Connections(functools.partial(
+            asyncpg.connect,
+            self._dsn,
+            timeout=CONNECT_TIMEOUT,
+            command_timeout=timeout_ms / 1000 + 5,
+            server_settings={
+                "statement_timeout": str(timeout_ms),
+                # A unit awaits only its queries; a transaction idle this
+                # long belongs to a process that hung, so free its locks.
+                "idle_in_transaction_session_timeout": str(max(60000, 4 * timeout_ms)),
+                "application_name": "relayroom-gateway",
+            },
+        ))
         try:
             await connections.fill(self._options["pool_min"])
         except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:

@@ -16,8 +16,6 @@ from typing import NamedTuple
 
 
 class Only(NamedTuple):
-    """A migration statement run on one dialect and skipped on the other."""
-
     dialect: str
     sql: str
 

@@ -213,10 +213,9 @@ class SqliteDriver(Driver):
                 await self._run_group(queries, group)
         finally:
             self._stopped = True
-            while not self._queue.empty():
-                leftover = self._queue.get_nowait()
-                if leftover is not None and not leftover[1].done():
-                    leftover[1].set_exception(Unavailable("the store is closing; retry", code="store_unavailable", retry_after=1))
+            leftovers = [self._queue.get_nowait() for _ in range(self._queue.qsize())]
+            closing = Unavailable("the store is closing; retry", code="store_unavailable", retry_after=1)
+            _fail([item for item in leftovers if item is not None], closing)
 
     async def _run_group(self, queries: Any, group: list[Any]) -> None:
         conn = self._writer

@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.store.dialect import Dialect
-
 if TYPE_CHECKING:
     from gateway.store.queries import Queries
 
@@ -150,7 +148,6 @@ class TransferQueries:
 
     def __init__(self, queries: Queries) -> None:
         self.tx = queries.tx
-        self.dialect: Dialect = queries.dialect
 
     # -- export -------------------------------------------------------------------
 

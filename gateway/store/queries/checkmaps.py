@@ -22,8 +22,8 @@ from gateway.store.schema import SET_META
 
 PUBLISHED_STATES = ("in_force", "pending", "superseded", "replaced", "rejected")
 GENERATION_KEY = "checkmaps_generation"
-COLUMNS = "c.id, c.project_id, p.slug AS project, c.source, c.content, c.sha256, c.state, c.published_at, c.run, " \
-          "c.decided_at, c.decided_by"
+PUBLISHED = ("SELECT c.id, c.project_id, p.slug AS project, c.source, c.content, c.sha256, c.state, c.published_at, "
+             "c.run, c.decided_at, c.decided_by FROM published_checkmaps c JOIN projects p ON p.id = c.project_id")
 
 
 @dataclass(frozen=True)
@@ -55,14 +55,12 @@ class CheckmapQueries(MetaQueries):
 
     async def published_checkmap(self, project_id: int, state: str) -> PublishedRow | None:
         """The project's map in that state (`in_force` or `pending`), if any."""
-        row = await self.tx.one(f"SELECT {COLUMNS} FROM published_checkmaps c JOIN projects p ON p.id = c.project_id "
-                                "WHERE c.project_id = ? AND c.state = ?", project_id, state)
+        row = await self.tx.one(f"{PUBLISHED} WHERE c.project_id = ? AND c.state = ?", project_id, state)
         return _published(row) if row else None
 
     async def published_in_force(self) -> list[PublishedRow]:
         """Every project's published map in force."""
-        rows = await self.tx.all(f"SELECT {COLUMNS} FROM published_checkmaps c JOIN projects p ON p.id = c.project_id "
-                                 "WHERE c.state = 'in_force' ORDER BY p.slug")
+        rows = await self.tx.all(f"{PUBLISHED} WHERE c.state = 'in_force' ORDER BY p.slug")
         return [_published(r) for r in rows]
 
     async def insert_published(self, project_id: int, source: str, content: str, sha256: str, state: str,

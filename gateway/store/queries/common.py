@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any
 
 from gateway.core import jsonio
 from gateway.knowledge.model import Entry, Project, ProjectSettings
 from gateway.store.base import Tx
-from gateway.store.dialect import dialect_of
+from gateway.store.dialect import DIALECTS
 from gateway.store.recall_index import index_for
 
 
@@ -35,18 +36,8 @@ ENTRY_COLUMNS = ", ".join(f"e.{name}" for name in ENTRY_FIELDS[:-1]) + ", p.slug
 
 
 def _project(row: dict[str, Any]) -> Project:
-    return Project(
-        id=row["id"],
-        slug=row["slug"],
-        created_at=row["created_at"],
-        settings=ProjectSettings(
-            k_distinct_issuers=int(row["k_distinct_issuers"]),
-            window_days=float(row["window_days"]),
-            playbook_min_trusted=int(row["playbook_min_trusted"]),
-            playbook_top_n=int(row["playbook_top_n"]),
-            demotions_per_hour=int(row["demotions_per_hour"]),
-        ),
-    )
+    settings = ProjectSettings(**{f.name: row[f.name] for f in fields(ProjectSettings)})  # columns of the same names
+    return Project(id=row["id"], slug=row["slug"], created_at=row["created_at"], settings=settings)
 
 
 def _entry(row: dict[str, Any]) -> Entry:
@@ -74,7 +65,7 @@ class QueryBase:
     def __init__(self, tx: Tx) -> None:
         self.tx = tx
         self.index = index_for(tx)
-        self.dialect = dialect_of(tx)
+        self.dialect = DIALECTS[tx.dialect]
 
     async def serialize(self, key: str) -> None:
         """Hold a lock named `key` until this write transaction ends.

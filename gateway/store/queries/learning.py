@@ -65,23 +65,16 @@ class LearningQueries(QueryBase):
 
     async def entry_recall_counts(self, project_id: int, since: float) -> dict[int, tuple[int, int]]:
         """entry seq -> (times returned, times used), over recalls made since `since`."""
-        counts: dict[int, tuple[int, int]] = {}
-        for row in await self.tx.all(
-            "SELECT rr.entry_seq, COUNT(*) AS n FROM recall_results rr JOIN recalls r ON r.seq = rr.recall_seq "
-            "WHERE r.project_id = ? AND r.at >= ? GROUP BY rr.entry_seq",
-            project_id,
-            since,
-        ):
-            counts[int(row["entry_seq"])] = (int(row["n"]), 0)
-        for row in await self.tx.all(
-            "SELECT ru.entry_seq, COUNT(*) AS n FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
-            "WHERE r.project_id = ? AND r.at >= ? GROUP BY ru.entry_seq",
-            project_id,
-            since,
-        ):
-            returned, _ = counts.get(int(row["entry_seq"]), (0, 0))
-            counts[int(row["entry_seq"])] = (returned, int(row["n"]))
-        return counts
+        counts: dict[int, list[int]] = {}
+        for i, table in enumerate(("recall_results", "recall_uses")):
+            for row in await self.tx.all(
+                f"SELECT t.entry_seq, COUNT(*) AS n FROM {table} t JOIN recalls r ON r.seq = t.recall_seq "
+                "WHERE r.project_id = ? AND r.at >= ? GROUP BY t.entry_seq",
+                project_id,
+                since,
+            ):
+                counts.setdefault(int(row["entry_seq"]), [0, 0])[i] = int(row["n"])
+        return {seq: (returned, used) for seq, (returned, used) in counts.items()}
 
     async def never_recalled(self, project_id: int, now: float, limit: int) -> tuple[int, list[Entry]]:
         """Trusted, unexpired entries no recall ever returned: (how many, the oldest few)."""
