@@ -4,27 +4,6 @@ A backend hands out transactions (`Tx`) that run SQL written once with `?`
 placeholders; `Queries` (the queries/ package) holds all the SQL and is the
 only thing the core talks to (what differs by backend: dialect.py).
 
-    write(unit)  runs `await unit(queries)` in one durable transaction and
-                 returns its result only after the commit; an exception raised
-                 by the unit rolls back that unit alone and is re-raised.
-                 With durable=False (telemetry such as recall records) the
-                 caller may be answered before the commit reaches the disk.
-    read(unit)   runs `await unit(queries)` on a consistent snapshot.
-
-`Driver` (below) is the backend's interface: the five methods every backend
-has, and the optional features with a default a backend may override:
-
-    read_then_write(read, write)  a read, then a write that records what it
-                 found (a recall and its record).  PostgreSQL does both in
-                 one REPEATABLE READ transaction (two round trips fewer); the
-                 default is `read` then `write`, as on SQLite, whose single
-                 writer must not wait on searches.
-    write_statement(unit)  `write` for a unit that sends exactly one
-                 statement: PostgreSQL runs it as that statement's own
-                 transaction (no BEGIN/COMMIT, one round trip instead of three).
-    read_statement(unit)   the same for `read` (a single statement reads one
-                 snapshot by itself): the bearer token's lookup on every request.
-
 A unit awaits nothing but its `Queries`: on SQLite the statements run without
 leaving the event loop, and a unit that slept would hold up the writer.
 """
@@ -70,10 +49,16 @@ class Driver(abc.ABC):
     async def close(self) -> None: ...
 
     @abc.abstractmethod
-    async def write(self, unit: Unit[T], *, durable: bool = True) -> T: ...
+    async def write(self, unit: Unit[T], *, durable: bool = True) -> T:
+        """Run `await unit(queries)` in one durable transaction and return its
+        result only after the commit; an exception raised by the unit rolls
+        back that unit alone and is re-raised.  With durable=False (telemetry
+        such as recall records) the caller may be answered before the commit
+        reaches the disk."""
 
     @abc.abstractmethod
-    async def read(self, unit: Unit[T]) -> T: ...
+    async def read(self, unit: Unit[T]) -> T:
+        """Run `await unit(queries)` on a consistent snapshot."""
 
     @abc.abstractmethod
     async def ping(self) -> bool: ...

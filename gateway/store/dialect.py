@@ -19,7 +19,6 @@ PostgreSQL (`recall_counters`).  Column types differ too
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,3 @@ POSTGRES = Dialect(
 
 DIALECTS = {d.name: d for d in (SQLITE, POSTGRES)}
 
-
-def dialect_of(tx: Any) -> Dialect:
-    """The dialect of a transaction (`Tx.dialect` names it)."""
-    return DIALECTS[tx.dialect]

@@ -20,12 +20,11 @@ Why it looks the way it does:
   REPEATABLE READ transaction: the write part only inserts, so it neither
   waits on nor takes a lock that another unit could want, and the recall
   costs one BEGIN/COMMIT instead of two.
-- A unit of one statement (`write_statement`) runs without BEGIN/COMMIT:
-  the statement is its own transaction, one round trip in all.
+- A unit of one statement (`write_statement`, `read_statement`) runs
+  without BEGIN/COMMIT: the statement is its own transaction, one round
+  trip in all.
 - A non-durable transaction opens with `BEGIN; SET LOCAL synchronous_commit
   TO OFF` sent as one simple query (one round trip instead of two).
-- The SQL of `Queries` is written once with `?` placeholders; each distinct
-  string is rewritten to `$1..$n` once and cached.
 - Every statement has a time limit (`statement_timeout`), so a stuck query
   answers 503 with Retry-After instead of holding a request forever.
 
@@ -39,22 +38,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import logging
 import random
 import re
 from decimal import Decimal
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 from urllib.parse import parse_qsl, urlencode, urlparse, urlunparse
 
 from gateway.core.errors import Conflict, GatewayError, Unavailable
 from gateway.store.base import Driver, T, Unit
-from gateway.store.pg_connections import Connections
-from gateway.store.schema import LATEST_VERSION, META_TABLE, MIGRATIONS, expand, for_dialect
 from gateway.store import recall_index_pg
-
-if TYPE_CHECKING:
-    from gateway.store.queries import Queries
+from gateway.store.pg_connections import Connections
+from gateway.store.queries import Queries
+from gateway.store.schema import META_TABLE, SET_META, expand, upgrades
 
 log = logging.getLogger("relayroom.store")
 
@@ -67,47 +66,15 @@ CONNECT_TIMEOUT = 10.0
 DRIVER_OPTIONS = {"pool_min": 1, "pool_max": 10, "statement_timeout_ms": 15000}
 
 _COUNT = re.compile(r"(\d+)\s*$")
+_QUOTED_OR_MARK = re.compile(r"'(?:[^']|'')*'?|\"(?:[^\"]|\"\")*\"?|--[^\n]*|/\*.*?(?:\*/|\Z)|\?", re.S)
 
 
 @lru_cache(maxsize=4096)
 def to_dollar_params(sql: str) -> str:
     """Rewrite `?` placeholders to `$1..$n`, leaving `?` inside string
     literals, quoted identifiers and comments alone."""
-    out: list[str] = []
-    n = 0
-    i = 0
-    length = len(sql)
-    while i < length:
-        ch = sql[i]
-        if ch in ("'", '"'):
-            end = i + 1
-            while end < length:
-                if sql[end] == ch:
-                    if end + 1 < length and sql[end + 1] == ch:  # doubled quote inside the literal
-                        end += 2
-                        continue
-                    break
-                end += 1
-            out.append(sql[i : end + 1])
-            i = end + 1
-        elif ch == "-" and sql.startswith("--", i):
-            end = sql.find("\n", i)
-            end = length if end < 0 else end
-            out.append(sql[i:end])
-            i = end
-        elif ch == "/" and sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            end = length if end < 0 else end + 2
-            out.append(sql[i:end])
-            i = end
-        elif ch == "?":
-            n += 1
-            out.append(f"${n}")
-            i += 1
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
+    numbers = itertools.count(1)
+    return _QUOTED_OR_MARK.sub(lambda m: f"${next(numbers)}" if m.group() == "?" else m.group(), sql)
 
 
 def affected_rows(status: str) -> int:
@@ -204,22 +171,19 @@ class PostgresDriver(Driver):
         timeout_ms = self._options["statement_timeout_ms"]
         self._gate = asyncio.Semaphore(self._options["pool_max"])
 
-        def connect() -> Awaitable[Any]:
-            connecting: Awaitable[Any] = asyncpg.connect(
-                self._dsn,
-                timeout=CONNECT_TIMEOUT,
-                command_timeout=timeout_ms / 1000 + 5,
-                server_settings={
-                    "statement_timeout": str(timeout_ms),
-                    # A unit awaits only its queries; a transaction idle this
-                    # long belongs to a process that hung, so free its locks.
-                    "idle_in_transaction_session_timeout": str(max(60000, 4 * timeout_ms)),
-                    "application_name": "relayroom-gateway",
-                },
-            )
-            return connecting
-
-        connections = Connections(connect)
+        connections = Connections(functools.partial(
+            asyncpg.connect,
+            self._dsn,
+            timeout=CONNECT_TIMEOUT,
+            command_timeout=timeout_ms / 1000 + 5,
+            server_settings={
+                "statement_timeout": str(timeout_ms),
+                # A unit awaits only its queries; a transaction idle this
+                # long belongs to a process that hung, so free its locks.
+                "idle_in_transaction_session_timeout": str(max(60000, 4 * timeout_ms)),
+                "application_name": "relayroom-gateway",
+            },
+        ))
         try:
             await connections.fill(self._options["pool_min"])
         except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
@@ -244,33 +208,19 @@ class PostgresDriver(Driver):
     async def _migrate(self, conn: Any) -> None:
         await conn.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK)
         try:
-            async with conn.transaction():
-                await conn.execute(expand(META_TABLE, self.dialect))
-                current = int(await conn.fetchval("SELECT value FROM meta WHERE key = 'schema_version'") or 0)
-                if current > LATEST_VERSION:
-                    raise RuntimeError(
-                        f"the database schema is version {current}, newer than this gateway ({LATEST_VERSION}); "
-                        "upgrade the gateway"
-                    )
-                for version, statements in MIGRATIONS:
-                    if version <= current:
-                        continue
-                    for sql in for_dialect(statements, self.dialect):
-                        await conn.execute(sql)
-                    await self._meta_set(conn, "schema_version", str(version))
+            async with _transaction(conn, "BEGIN"):
+                tx = PostgresTx(conn)
+                await tx.run(expand(META_TABLE, self.dialect))
+                row = await tx.one("SELECT value FROM meta WHERE key = 'schema_version'")
+                for version, statements in upgrades(int(row["value"]) if row else 0, self.dialect):
+                    for sql in statements:
+                        await tx.run(sql)
+                    await tx.run(SET_META, "schema_version", str(version))
                 # The recall index's text search configuration, and its
                 # tables rebuilt when they were built another way.
-                await recall_index_pg.install(PostgresTx(conn))
+                await recall_index_pg.install(tx)
         finally:
             await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
-
-    @staticmethod
-    async def _meta_set(conn: Any, key: str, value: str) -> None:
-        await conn.execute(
-            "INSERT INTO meta(key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            key,
-            value,
-        )
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -288,28 +238,17 @@ class PostgresDriver(Driver):
 
     async def write(self, unit: Unit[T], *, durable: bool = True) -> T:
         """Run `unit` in one transaction, again from the start after a
-        deadlock or serialization failure.  durable=False (telemetry such as
-        a recall record) commits without waiting for the WAL flush
-        (`synchronous_commit = off` for that transaction only)."""
+        deadlock or serialization failure."""
         return await self._write(unit, durable=durable, snapshot=False)
 
     async def write_statement(self, unit: Unit[T]) -> T:
-        """Run `unit`, which sends exactly one statement, as that
-        statement's own transaction: PostgreSQL commits it (durably, WAL
-        flushed) before answering, so `BEGIN` and `COMMIT` would be two
-        round trips for nothing.  Retried like `write`."""
         return await self._write(unit, durable=True, snapshot=False, single=True)
 
     async def read_then_write(
         self, read: Unit[T], write: Callable[[Queries, T], Awaitable[object]], *, durable: bool = True
     ) -> T:
-        """`read`, then `write(queries, what read returned)`, in one
-        REPEATABLE READ transaction (one snapshot for every statement of
-        `read`, as `read` gives), committed as `write` would; returns what
-        `read` returned.  Meant for a write part that only inserts rows
-        nobody else writes (a recall's record): it takes no lock another unit
-        waits for and cannot fail a serialization check.  Retried from the
-        start, like `write`, if it ever does."""
+        """Both units in one REPEATABLE READ transaction, retried like `write`
+        if it ever fails a serialization check."""
 
         async def unit(queries: Queries) -> T:
             result = await read(queries)
@@ -320,8 +259,6 @@ class PostgresDriver(Driver):
 
     async def _write(self, unit: Unit[T], *, durable: bool, snapshot: bool, single: bool = False) -> T:
         import asyncpg
-
-        from gateway.store.queries import Queries
 
         retryable = (asyncpg.SerializationError, asyncpg.DeadlockDetectedError)
         attempt = 0
@@ -336,9 +273,6 @@ class PostgresDriver(Driver):
                     async with self._acquire() as conn:
                         if single:
                             return await unit(Queries(PostgresTx(conn)))
-                        if durable and not snapshot:
-                            async with conn.transaction():
-                                return await unit(Queries(PostgresTx(conn)))
                         async with _transaction(conn, begin):
                             return await unit(Queries(PostgresTx(conn)))
             except retryable as exc:
@@ -358,20 +292,12 @@ class PostgresDriver(Driver):
             await asyncio.sleep(random.uniform(0.002, 0.01) * attempt)
 
     async def read(self, unit: Unit[T]) -> T:
-        from gateway.store.queries import Queries
-
         with _server_faults("read"):
             async with self._acquire() as conn:
-                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                async with _transaction(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"):
                     return await unit(Queries(PostgresTx(conn)))
 
     async def read_statement(self, unit: Unit[T]) -> T:
-        """`read` for a unit of one statement, outside a transaction block
-        (`Driver.read_statement`): the statement reads one
-        snapshot by itself, and BEGIN and COMMIT would be two round trips
-        more."""
-        from gateway.store.queries import Queries
-
         with _server_faults("read"):
             async with self._acquire() as conn:
                 return await unit(Queries(PostgresTx(conn)))

@@ -1,9 +1,10 @@
 """The recall index: each project's trusted entries in the store's own full-text index.
 
 What the store offers recall: `lexical`, the best trusted, unexpired entries
-holding any of a list of weighted words by the store's native BM25; and
-`generation`, a per-project counter bumped in the transaction of any change
-to what recall shows, the one key a process may keep derived data under.
+holding any of a list of weighted words by the store's native BM25; and the
+project's generation in `recall_index`, a counter bumped (`bump`) in the
+transaction of any change to what recall shows, the one key a process may
+keep derived data under.
 One table per project, written with the move into or out of trust.
 """
 
@@ -58,18 +59,9 @@ async def bump(tx: Any, project_id: int) -> None:
     await tx.run("UPDATE recall_index SET generation = generation + 1 WHERE project_id = ?", project_id)
 
 
-async def generation(tx: Any, project_id: int) -> int:
-    row = await tx.one("SELECT generation FROM recall_index WHERE project_id = ?", project_id)
-    return int(row["generation"]) if row else 0
-
-
-def _quoted(word: str) -> str:
-    return '"' + word.replace('"', '""') + '"'
-
-
 def fts5_expression(words: Sequence[str]) -> str | None:
     """The words OR-ed, each a quoted string: no operator or column filter can be injected."""
-    return " OR ".join(_quoted(w) for w in words) or None
+    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words) or None
 
 
 async def live(tx: Any, seqs: Sequence[int], kind: str | None, now: float) -> dict[int, str]:
@@ -100,13 +92,9 @@ class SqliteIndex:
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {self.table(project_id)} USING fts5("
             f"{COLUMNS}, content='', tokenize='{TOKENIZE}')"
         )
-        await self.tx.run("INSERT INTO recall_index (project_id) VALUES (?) ON CONFLICT (project_id) DO NOTHING", project_id)
 
     async def add(self, entry: Entry) -> None:
-        await self.tx.run(
-            f"INSERT INTO {self.table(entry.project_id)} (rowid, {COLUMNS}) VALUES (?, ?, ?, ?, ?)", entry.seq, *columns(entry.statement, entry.evidence, entry.kind)
-        )
-        await bump(self.tx, entry.project_id)
+        await self.add_many(entry.project_id, [(entry.seq, entry.kind, entry.expires_at, entry.statement, entry.evidence)])
 
     async def remove(self, entry: Entry) -> None:
         table = self.table(entry.project_id)

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Sequence
 
 from gateway.knowledge.model import Entry
 from gateway.store.recall_index import WEIGHTS, Candidate, IndexRow, Terms, bump, columns
+from gateway.store.schema import SET_META
 
 CONFIG = "relayroom_porter"
 # How the index tables were built: other tables are rebuilt by `install`.
@@ -136,13 +137,10 @@ class PostgresIndex:
             "expires_at DOUBLE PRECISION, len INTEGER NOT NULL, tsv tsvector NOT NULL)"
         )
         await self.tx.run(f"CREATE INDEX IF NOT EXISTS {name}_tsv ON {name} USING gin (tsv)")
-        await self.tx.run("INSERT INTO recall_index (project_id) VALUES (?) ON CONFLICT (project_id) DO NOTHING", project_id)
 
     async def add(self, entry: Entry) -> None:
         await self.remove(entry)  # a re-add counts once
-        values = _values((entry.seq, entry.kind, entry.expires_at, entry.statement, entry.evidence))
-        await self.tx.run(f"INSERT INTO {table(entry.project_id)} (seq, kind, expires_at, len, tsv) VALUES (?, ?, ?, ?, {VECTOR})", *values)
-        await _resize(self.tx, entry.project_id, 1, values[3])
+        await self.add_many(entry.project_id, [(entry.seq, entry.kind, entry.expires_at, entry.statement, entry.evidence)])
 
     async def remove(self, entry: Entry) -> None:
         row = await self.tx.one(f"DELETE FROM {table(entry.project_id)} WHERE seq = ? RETURNING len", entry.seq)
@@ -154,7 +152,12 @@ class PostgresIndex:
         await bump(self.tx, entry.project_id)
 
     async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None:
-        await add_many(self.tx, project_id, rows)
+        """Entries of one project not indexed yet, at once (the rebuild, bulk loaders)."""
+        if not rows:
+            return
+        values = [_values(r) for r in rows]
+        await self.tx.run_many(f"INSERT INTO {table(project_id)} (seq, kind, expires_at, len, tsv) VALUES (?, ?, ?, ?, {VECTOR})", values)
+        await _resize(self.tx, project_id, len(values), sum(v[3] for v in values))
 
     async def lexical(self, project_id: int, terms: Terms, kind: str | None, limit: int, now: float) -> list[Candidate]:
         """FTS5's BM25 of the best `limit` rows, the rarest stems' rows first.
@@ -208,15 +211,6 @@ async def _resize(tx: Any, project_id: int, rows: int, tokens: int) -> None:
     )
 
 
-async def add_many(tx: Any, project_id: int, rows: Sequence[IndexRow]) -> None:
-    """Entries of one project not indexed yet, at once (the rebuild, bulk loaders)."""
-    if not rows:
-        return
-    values = [_values(r) for r in rows]
-    await tx.run_many(f"INSERT INTO {table(project_id)} (seq, kind, expires_at, len, tsv) VALUES (?, ?, ?, ?, {VECTOR})", values)
-    await _resize(tx, project_id, len(values), sum(v[3] for v in values))
-
-
 async def install(tx: Any) -> None:
     """The text search configuration, and every project's table built as
     `INDEX_VERSION` says (older ones rebuilt from the trusted entries): run by
@@ -239,8 +233,5 @@ async def install(tx: Any) -> None:
             "SELECT seq, kind, expires_at, statement, evidence FROM entries WHERE project_id = ? AND state = 'trusted' "
             "ORDER BY seq", project_id,
         )
-        await add_many(tx, project_id, [(r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in rows])
-    await tx.run(
-        "INSERT INTO meta(key, value) VALUES ('recall_index', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        INDEX_VERSION,
-    )
+        await index.add_many(project_id, [(r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in rows])
+    await tx.run(SET_META, "recall_index", INDEX_VERSION)

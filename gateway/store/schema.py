@@ -2,7 +2,8 @@
 
 Types are written as `{ID}` (auto-increment key), `{REAL}`, `{INT}`, `{TEXT}`,
 `{BLOB}` and expanded per dialect.  Every moment is a float of epoch seconds.
-A migration never changes once released: a new version is appended.
+A new version is appended; a released one changes only where the store it
+leaves, from any older version, stays the same.
 
 A statement is run on both backends unless it is given as `Only(dialect,
 sql)`: where the store itself differs by backend (`Dialect.recall_counters`),
@@ -15,8 +16,6 @@ from typing import NamedTuple
 
 
 class Only(NamedTuple):
-    """A migration statement run on one dialect and skipped on the other."""
-
     dialect: str
     sql: str
 
@@ -37,6 +36,7 @@ DIALECT_TYPES = {
 # Created before anything else, to read the version from (a driver runs it
 # on its own first).
 META_TABLE = """CREATE TABLE IF NOT EXISTS meta (key {TEXT} PRIMARY KEY, value {TEXT} NOT NULL)"""
+SET_META = "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
@@ -221,14 +221,6 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
                 at {REAL} NOT NULL
             )""",
             "CREATE INDEX thread_messages_poster_time ON thread_messages(project_id, posted_by, at)",
-            # Recall's embedding vectors, rebuilt in version 4.
-            """CREATE TABLE entry_vectors (
-                seq {INT} PRIMARY KEY,
-                project_id {INT} NOT NULL,
-                model {TEXT} NOT NULL,
-                vector {BLOB} NOT NULL
-            )""",
-            "CREATE INDEX entry_vectors_project ON entry_vectors(project_id, seq)",
         ],
     ),
     (
@@ -265,7 +257,7 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
         [
             # Recall's vectors: a row exactly while its entry is trusted, written
             # by the trust move as a placeholder (model and vector NULL) that the
-            # background fill completes.  The v1 table is rebuilt.
+            # background fill completes; the table of versions 1 to 3 is dropped.
             "DROP TABLE IF EXISTS entry_vectors",
             """CREATE TABLE entry_vectors (
                 id {ID},
@@ -282,34 +274,22 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
     (
         5,
         [
-            # SQLite: how many times each entry was returned, bumped with every
-            # recall's results, in place of the index recall_results_entry
-            # (see `Dialect.recall_counters` for why, and why not on
-            # PostgreSQL).  entry_seq is the rowid, so the counters of a group
-            # of recalls share a page or two.  A re-run (a store set back to
-            # an older version number) finds the table: it is filled afresh.
+            # SQLite: how many times each entry was returned, in place of the
+            # index recall_results_entry (`Dialect.recall_counters` says why,
+            # and why not on PostgreSQL); version 7 counts the rows into it.
+            # entry_seq is the rowid, so the counters of a group of recalls
+            # share a page or two.
             Only("sqlite", "CREATE TABLE IF NOT EXISTS recall_counts (entry_seq {INT} PRIMARY KEY, returned {INT} NOT NULL)"),
-            Only("sqlite", "DELETE FROM recall_counts"),
-            Only(
-                "sqlite",
-                "INSERT INTO recall_counts (entry_seq, returned) "
-                "SELECT entry_seq, COUNT(*) FROM recall_results GROUP BY entry_seq",
-            ),
             Only("sqlite", "DROP INDEX IF EXISTS recall_results_entry"),
         ],
     ),
     (
         6,
         [
-            # What the background sweep (every RELAYROOM_SWEEP_INTERVAL
-            # seconds) looks for, found through an index instead of a scan
-            # of the whole table.  On SQLite a sweep's statements run on the
-            # event loop, so a scan stalled every request for as long as it
-            # took, growing with the hub (docs/decisions/0011).
-            # Where a table also holds rows the sweep never picks (entries
-            # without an expiry, webhook deliveries kept for good), the
-            # index is partial, so writing those rows pays nothing; its
-            # condition is written as the sweep's statement writes it,
+            # What the background sweep looks for, found by an index: a scan
+            # of the table stalled SQLite's event loop (docs/decisions/0011).
+            # Partial where the table holds rows the sweep never picks, so
+            # writing those pays nothing; the condition is the sweep's own,
             # which is how SQLite sees that the index serves the query.
             "CREATE INDEX IF NOT EXISTS entries_expiring ON entries(expires_at) "
             "WHERE expires_at IS NOT NULL AND state IN ('candidate', 'trusted')",
@@ -324,10 +304,9 @@ MIGRATIONS: list[tuple[int, list[Statement]]] = [
             # SQLite: the recall counters are folded from the result rows
             # once every hundred recalls instead of bumped by each recall
             # (`gateway.store.queries.recalls.FOLD_RETURNED`); this row is
-            # the last recall seq folded.  Counted afresh from the rows, as
-            # version 5 did, so a re-run (a store set back to an older
-            # version number, whose gateway counted per recall or not at
-            # all) counts nothing twice.
+            # the last recall seq folded.  Counted afresh from the rows, so a
+            # re-run (a store set back to an older version number, whose
+            # gateway counted per recall or not at all) counts nothing twice.
             Only("sqlite", "CREATE TABLE IF NOT EXISTS recall_counts_folded "
                            "(one INTEGER PRIMARY KEY CHECK (one = 1), up_to INTEGER NOT NULL)"),
             Only("sqlite", "DELETE FROM recall_counts"),
@@ -384,6 +363,15 @@ LATEST_VERSION = MIGRATIONS[-1][0]
 
 def expand(sql: str, dialect: str) -> str:
     return sql.format(**DIALECT_TYPES[dialect])
+
+
+def upgrades(current: int, dialect: str) -> list[tuple[int, list[str]]]:
+    """The migrations a store at version `current` still needs, as `dialect` runs them."""
+    if current > LATEST_VERSION:
+        raise RuntimeError(
+            f"the database schema is version {current}, newer than this gateway ({LATEST_VERSION}); upgrade the gateway"
+        )
+    return [(version, for_dialect(statements, dialect)) for version, statements in MIGRATIONS if version > current]
 
 
 def for_dialect(statements: list[Statement], dialect: str) -> list[str]:

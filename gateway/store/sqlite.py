@@ -27,7 +27,8 @@ from typing import Any
 
 from gateway.core.errors import Unavailable
 from gateway.store.base import Driver, T, Unit
-from gateway.store.schema import LATEST_VERSION, MIGRATIONS, for_dialect
+from gateway.store.queries import Queries
+from gateway.store.schema import META_TABLE, SET_META, expand, upgrades
 
 log = logging.getLogger("relayroom.store")
 
@@ -128,23 +129,12 @@ class SqliteDriver(Driver):
         assert conn is not None
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(expand(META_TABLE, self.dialect))
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            current = int(row[0]) if row else 0
-            if current > LATEST_VERSION:
-                raise RuntimeError(
-                    f"the database schema is version {current}, newer than this gateway ({LATEST_VERSION}); upgrade the gateway"
-                )
-            for version, statements in MIGRATIONS:
-                if version <= current:
-                    continue
-                for sql in for_dialect(statements, self.dialect):
+            for version, statements in upgrades(int(row[0]) if row else 0, self.dialect):
+                for sql in statements:
                     conn.execute(sql)
-                conn.execute(
-                    "INSERT INTO meta(key, value) VALUES ('schema_version', ?) "
-                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    (str(version),),
-                )
+                conn.execute(SET_META, ("schema_version", str(version)))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -171,9 +161,7 @@ class SqliteDriver(Driver):
             return False
 
     async def write(self, unit: Unit[T], *, durable: bool = True) -> T:
-        """Run `unit` in the next group transaction.  With durable=False the
-        caller is answered before the group's commit (for records that are
-        telemetry, not knowledge)."""
+        """Run `unit` in the next group transaction."""
         if self._queue is None or self._stopped:
             raise Unavailable("the store is not open", code="store_unavailable", retry_after=1)
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -183,8 +171,6 @@ class SqliteDriver(Driver):
         return await future
 
     async def read(self, unit: Unit[T]) -> T:
-        from gateway.store.queries import Queries
-
         assert self._reader is not None and self._read_lock is not None
         async with self._read_lock:
             self._reader.execute("BEGIN")
@@ -198,8 +184,6 @@ class SqliteDriver(Driver):
         (`Driver.read_statement`): the statement is its own read
         transaction, which ends when its cursor is released (`SqliteTx`
         keeps none past the call that ran it)."""
-        from gateway.store.queries import Queries
-
         assert self._reader is not None and self._read_lock is not None
         async with self._read_lock:
             return await unit(Queries(SqliteTx(self._reader)))
@@ -211,8 +195,6 @@ class SqliteDriver(Driver):
         fails that group's callers with 503 and the loop goes on; if the loop
         itself ends, every caller still waiting is failed rather than left
         hanging."""
-        from gateway.store.queries import Queries
-
         assert self._queue is not None and self._writer is not None
         queries = Queries(SqliteTx(self._writer))
         try:
@@ -231,10 +213,9 @@ class SqliteDriver(Driver):
                 await self._run_group(queries, group)
         finally:
             self._stopped = True
-            while not self._queue.empty():
-                leftover = self._queue.get_nowait()
-                if leftover is not None and not leftover[1].done():
-                    leftover[1].set_exception(Unavailable("the store is closing; retry", code="store_unavailable", retry_after=1))
+            leftovers = [self._queue.get_nowait() for _ in range(self._queue.qsize())]
+            closing = Unavailable("the store is closing; retry", code="store_unavailable", retry_after=1)
+            _fail([item for item in leftovers if item is not None], closing)
 
     async def _run_group(self, queries: Any, group: list[Any]) -> None:
         conn = self._writer

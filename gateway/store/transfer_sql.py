@@ -18,8 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gateway.store.dialect import Dialect
-
 if TYPE_CHECKING:
     from gateway.store.queries import Queries
 
@@ -130,6 +128,17 @@ DERIVED_TABLES = ("recall_index", "entry_vectors", "recall_counts", "recall_coun
 LINKS = {"entry": "entry_seq", "recall": "recall_seq"}
 
 
+# How a project's rows of a table are found and ordered, where not by its
+# own project_id and key.
+ROW_ORDER = {
+    "projects": ("t.id = ?", "t.id"),
+    "supports": ("entry_ref.project_id = ?", "t.id"),
+    "recall_results": ("recall_ref.project_id = ?", "t.recall_seq, t.rank"),
+    "rate_limit_marks": ("t.project_id = ?", "t.hour, t.principal, t.kind"),
+    "recall_uses": ("t.project_id = ?", "t.recall_seq, t.entry_seq"),
+}
+
+
 def _select(table: Table) -> str:
     return ", ".join(f"{c.name}_ref.id AS {c.name}" if c.name in LINKS else f"t.{c.name}" for c in table.columns)
 
@@ -139,7 +148,6 @@ class TransferQueries:
 
     def __init__(self, queries: Queries) -> None:
         self.tx = queries.tx
-        self.dialect: Dialect = queries.dialect
 
     # -- export -------------------------------------------------------------------
 
@@ -152,18 +160,8 @@ class TransferQueries:
             joins.append("JOIN entries entry_ref ON entry_ref.seq = t.entry_seq")
         if "recall" in names:
             joins.append("JOIN recalls recall_ref ON recall_ref.seq = t.recall_seq")
-        if table_name == "projects":
-            where, order = "t.id = ?", "t.id"
-        elif table_name in ("supports", "recall_results"):
-            anchor = "entry_ref" if table_name == "supports" else "recall_ref"
-            where, order = f"{anchor}.project_id = ?", "t.id" if table_name == "supports" else "t.recall_seq, t.rank"
-        elif table_name == "rate_limit_marks":
-            where, order = "t.project_id = ?", "t.hour, t.principal, t.kind"
-        elif table_name == "recall_uses":
-            where, order = "t.project_id = ?", "t.recall_seq, t.entry_seq"
-        else:
-            key = "seq" if "seq" in table.internal else "id"
-            where, order = "t.project_id = ?", f"t.{key}"
+        key = "seq" if "seq" in table.internal else "id"
+        where, order = ROW_ORDER.get(table_name, ("t.project_id = ?", f"t.{key}"))
         sql = f"SELECT {_select(table)} FROM {table.name} t {' '.join(joins)} WHERE {where} ORDER BY {order}"
         return await self.tx.all(sql, project_id)
 
@@ -175,33 +173,28 @@ class TransferQueries:
     async def recall_seqs(self, project_id: int) -> dict[str, int]:
         return {r["id"]: int(r["seq"]) for r in await self.tx.all("SELECT id, seq FROM recalls WHERE project_id = ?", project_id)}
 
-    async def existing_ids(self, table_name: str, ids: list[str]) -> list[str]:
-        """Which of these public ids the target already holds (in any project)."""
+    async def _existing(self, table: str, column: str, values: list[str]) -> list[str]:
+        """Which of these values of `column` the target's `table` already holds (in any project)."""
         found: list[str] = []
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
             marks = ", ".join("?" for _ in chunk)
-            rows = await self.tx.all(f"SELECT id FROM {TABLES[table_name].name} WHERE id IN ({marks})", *chunk)
-            found.extend(r["id"] for r in rows)
+            rows = await self.tx.all(f"SELECT {column} FROM {table} WHERE {column} IN ({marks})", *chunk)
+            found.extend(r[column] for r in rows)
         return found
 
+    async def existing_ids(self, table_name: str, ids: list[str]) -> list[str]:
+        return await self._existing(TABLES[table_name].name, "id", ids)
+
     async def existing_token_hashes(self, hashes: list[str]) -> int:
-        count = 0
-        for start in range(0, len(hashes), 500):
-            chunk = hashes[start : start + 500]
-            marks = ", ".join("?" for _ in chunk)
-            row = await self.tx.one(f"SELECT COUNT(*) AS n FROM tokens WHERE token_hash IN ({marks})", *chunk)
-            count += int(row["n"]) if row else 0
-        return count
+        return len(await self._existing("tokens", "token_hash", hashes))
 
     async def insert(self, table_name: str, project_id: int, rows: list[tuple[Any, ...]], links: dict[str, dict[str, int]]) -> None:
         """Insert exported rows (values in `TABLES` order) into a project."""
         if not rows:
             return
         table = TABLES[table_name]
-        columns: list[str] = []
-        for c in table.columns:
-            columns.append(LINKS.get(c.name, c.name))
+        columns = [LINKS.get(c.name, c.name) for c in table.columns]
         with_project = "project_id" in table.internal
         if with_project:
             columns.append("project_id")

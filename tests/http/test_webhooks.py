@@ -12,6 +12,7 @@ import pytest
 
 from gateway.ci import webhook_signatures as sig
 from gateway.core.config import Secret
+from gateway.store.queries.attestations import Replay
 from tests.support.attest_fixtures import checkmap, counts, github_binding, learn, write_map
 from tests.support.attest_fixtures import issuer  # noqa: F401 (fixture)
 from tests.support.oidc_issuer import OidcIssuer
@@ -181,11 +182,11 @@ async def test_sweep_forgets_only_what_can_no_longer_be_replayed(hub: Any) -> No
     now = hub.clock.now()
 
     async def seed(q: Any) -> None:
-        assert await q.reserve_jti("https://ci.example", "old", now - 1, now - 100)
-        assert await q.reserve_jti("https://ci.example", "live", now + 600, now)
-        assert await q.reserve_delivery("webhook:canary:acme", "webhook-id:old", now - 3600)
-        assert await q.reserve_delivery("webhook:canary:acme", "webhook-id:new", now)
-        assert await q.reserve_delivery("oidc:gh:acme", "run:1:1", now - 10 * 86400)
+        assert await q.reserve(Replay(True, "https://ci.example", "old", now - 1), now - 100)
+        assert await q.reserve(Replay(True, "https://ci.example", "live", now + 600), now)
+        assert await q.reserve(Replay(False, "webhook:canary:acme", "webhook-id:old"), now - 3600)
+        assert await q.reserve(Replay(False, "webhook:canary:acme", "webhook-id:new"), now)
+        assert await q.reserve(Replay(False, "oidc:gh:acme", "run:1:1"), now - 10 * 86400)
 
     await hub.driver.write(seed)
     await hub.sweep()

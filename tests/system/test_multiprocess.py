@@ -23,6 +23,7 @@ from gateway.hub import Hub
 from gateway.core.ids import new_id
 from gateway.knowledge.model import Support
 from gateway.store import open_driver
+from gateway.store.queries.attestations import Replay
 from tests.conftest import ProjectTokens
 
 ISSUERS = ("oidc:ci-a.example.com:acme", "oidc:ci-b.example.com:acme")
@@ -202,10 +203,10 @@ async def test_replay_and_delivery_stores_answer_once_across_gateways(hub: Hub, 
     now = hub.clock.now()
 
     async def jti(gateway: Hub) -> bool:
-        return await gateway.driver.write(lambda q: q.reserve_jti("https://ci.example.com", "jti-1", now + HOUR, now))
+        return await gateway.driver.write(lambda q: q.reserve(Replay(True, "https://ci.example.com", "jti-1", now + HOUR), now))
 
     async def delivery(gateway: Hub) -> bool:
-        return await gateway.driver.write(lambda q: q.reserve_delivery("github", "run-9:attempt-1", now))
+        return await gateway.driver.write(lambda q: q.reserve(Replay(False, "github", "run-9:attempt-1"), now))
 
     assert sum(await asyncio.gather(*[jti((hub, twin)[n % 2]) for n in range(20)])) == 1
     assert sum(await asyncio.gather(*[delivery((hub, twin)[n % 2]) for n in range(20)])) == 1
@@ -214,7 +215,7 @@ async def test_replay_and_delivery_stores_answer_once_across_gateways(hub: Hub, 
     later = now + 2 * HOUR
 
     async def jti_later(gateway: Hub) -> bool:
-        return await gateway.driver.write(lambda q: q.reserve_jti("https://ci.example.com", "jti-1", later + HOUR, later))
+        return await gateway.driver.write(lambda q: q.reserve(Replay(True, "https://ci.example.com", "jti-1", later + HOUR), later))
 
     assert sum(await asyncio.gather(*[jti_later((hub, twin)[n % 2]) for n in range(20)])) == 1
     rows = await _table(hub, "SELECT expires_at FROM seen_tokens")

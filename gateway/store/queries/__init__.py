@@ -31,7 +31,6 @@ __all__ = ["Queries", "_project"]
 
 
 class Queries(
-    MetaQueries,
     ProjectQueries,
     SessionQueries,
     RecallQueries,
@@ -45,5 +44,6 @@ class Queries(
     ThreadQueries,
     LearningQueries,
     VectorQueries,
+    MetaQueries,
 ):
     """One transaction's queries, every domain's."""

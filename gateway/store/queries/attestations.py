@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.store.queries.common import QueryBase, _dump, _load, _where
+from gateway.store.queries.common import QueryBase, _dump
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,20 @@ RERUN_DELIVERY_PG = _RERUN_PG.format(reserve=(
 
 class AttestationQueries(QueryBase):
     async def reserve(self, replay: Replay, now: float) -> bool:
-        """True if the replay key was not taken: reserved now."""
+        """True if the replay key was not taken: reserved now.  One
+        statement: a new key is inserted, a token's expired one taken over;
+        a key taken changes nothing (0 rows), also when two processes race."""
         if replay.token:
-            return await self.reserve_jti(replay.source, replay.key, replay.until, now)
-        return await self.reserve_delivery(replay.source, replay.key, now)
+            return bool(await self.tx.run(
+                "INSERT INTO seen_tokens (issuer, jti, expires_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (issuer, jti) DO UPDATE SET expires_at = excluded.expires_at "
+                "WHERE seen_tokens.expires_at <= ?",
+                replay.source, replay.key, replay.until, now,
+            ))
+        return bool(await self.tx.run(
+            "INSERT INTO webhook_deliveries (source, delivery_key, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+            replay.source, replay.key, now,
+        ))
 
     async def record_rerun(
         self,
@@ -106,22 +116,6 @@ class AttestationQueries(QueryBase):
                                       reason, provenance, run_url, now)
         return Recorded(row["project_id"], 0, True)
 
-    async def reserve_jti(self, issuer: str, jti: str, expires_at: float, now: float) -> bool:
-        """True if this (issuer, jti) was never seen while it could be accepted."""
-        # One statement: a new key is inserted, an expired one taken over;
-        # a live one changes nothing (0 rows), also when two processes race.
-        return bool(
-            await self.tx.run(
-                "INSERT INTO seen_tokens (issuer, jti, expires_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (issuer, jti) DO UPDATE SET expires_at = excluded.expires_at "
-                "WHERE seen_tokens.expires_at <= ?",
-                issuer,
-                jti,
-                expires_at,
-                now,
-            )
-        )
-
     async def prune_replay_records(self, now: float, webhook_id_before: float) -> int:
         """Forget what can no longer be replayed: tokens past their
         acceptance window, and Standard Webhooks ids older than the timestamp
@@ -132,16 +126,6 @@ class AttestationQueries(QueryBase):
             "DELETE FROM webhook_deliveries WHERE delivery_key LIKE 'webhook-id:%' AND at < ?", webhook_id_before
         )
         return tokens + ids
-
-    async def reserve_delivery(self, source: str, key: str, now: float) -> bool:
-        return bool(
-            await self.tx.run(
-                "INSERT INTO webhook_deliveries (source, delivery_key, at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                source,
-                key,
-                now,
-            )
-        )
 
     async def insert_attestation(
         self,
@@ -185,22 +169,6 @@ class AttestationQueries(QueryBase):
     async def jwks_refreshed_at(self, issuer: str) -> float | None:
         row = await self.tx.one("SELECT at FROM jwks_refreshes WHERE issuer = ?", issuer)
         return float(row["at"]) if row and row["at"] >= 0 else None
-
-    async def list_attestations(
-        self, project_id: int, *, check: str | None = None, before_seq: int | None = None, limit: int = 100
-    ) -> list[dict[str, Any]]:
-        """Newest first: what CI said, counted or not."""
-        where, args = _where(("project_id = ?", project_id), ("check_name = ?", check), ("seq < ?", before_seq))
-        rows = await self.tx.all(
-            "SELECT seq, id, issuer, check_name, outcome, counted, reason, provenance, run_url, at FROM attestations "
-            f"WHERE {where} ORDER BY seq DESC LIMIT ?",
-            *args,
-            limit,
-        )
-        for row in rows:
-            row["counted"] = bool(row["counted"])
-            row["provenance"] = _load(row["provenance"])
-        return rows
 
     async def check_outcomes(self, project_id: int) -> list[dict[str, Any]]:
         """Attestations grouped by check, issuer, outcome and whether they counted."""

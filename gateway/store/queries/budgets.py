@@ -32,9 +32,8 @@ class BudgetQueries(QueryBase):
         the oldest of them.  With `lock`, learn, threads and proposals
         serialise on one key, so two paths at once cannot both take the last
         free slot."""
-        if lock:
-            await self.serialize(f"budget:candidates:{project_id}:{principal}")
-        row = await self.tx.one(
+        return await self._count_since(
+            f"budget:candidates:{project_id}:{principal}" if lock else None,
             "SELECT SUM(n) AS n, MIN(oldest) AS oldest FROM ("
             "SELECT COUNT(*) AS n, MIN(created_at) AS oldest FROM entries "
             "WHERE project_id = ? AND created_by = ? AND created_at > ? AND created_via IN ('learn', 'extraction') "
@@ -47,7 +46,6 @@ class BudgetQueries(QueryBase):
             principal,
             since,
         )
-        return (int(row["n"] or 0), row["oldest"]) if row else (0, None)
 
     async def count_reads_since(
         self, project_id: int, principal: str, since: float, *, lock: bool = False
@@ -56,9 +54,8 @@ class BudgetQueries(QueryBase):
         budget), and the oldest of them.  Two index ranges: its recalls, and
         the project's uses of the hour joined to their recall's principal
         (a use belongs to the principal of the recall it answers)."""
-        if lock:
-            await self.serialize(f"budget:reads:{project_id}:{principal}")
-        row = await self.tx.one(
+        return await self._count_since(
+            f"budget:reads:{project_id}:{principal}" if lock else None,
             "SELECT SUM(n) AS n, MIN(oldest) AS oldest FROM ("
             "SELECT COUNT(*) AS n, MIN(at) AS oldest FROM recalls WHERE project_id = ? AND principal = ? AND at > ? "
             "UNION ALL SELECT COUNT(*) AS n, MIN(ru.at) AS oldest FROM recall_uses ru "
@@ -71,7 +68,6 @@ class BudgetQueries(QueryBase):
             since,
             principal,
         )
-        return (int(row["n"] or 0), row["oldest"]) if row else (0, None)
 
     async def last_recall_id(self) -> int:
         """The largest recall id in this snapshot (0 for none): with

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.core.ids import new_id
-from gateway.store.queries.common import QueryBase, _dump, _load
+from gateway.store.queries.common import _dump, _load
+from gateway.store.queries.meta import MetaQueries
+from gateway.store.schema import SET_META
 
 PUBLISHED_STATES = ("in_force", "pending", "superseded", "replaced", "rejected")
 GENERATION_KEY = "checkmaps_generation"
-COLUMNS = "c.id, c.project_id, p.slug AS project, c.source, c.content, c.sha256, c.state, c.published_at, c.run, " \
-          "c.decided_at, c.decided_by"
+PUBLISHED = ("SELECT c.id, c.project_id, p.slug AS project, c.source, c.content, c.sha256, c.state, c.published_at, "
+             "c.run, c.decided_at, c.decided_by FROM published_checkmaps c JOIN projects p ON p.id = c.project_id")
 
 
 @dataclass(frozen=True)
@@ -40,32 +42,25 @@ class PublishedRow:
 
 
 def _published(row: dict[str, Any]) -> PublishedRow:
-    return PublishedRow(id=int(row["id"]), project_id=int(row["project_id"]), project=row["project"],
-                        source=row["source"], content=row["content"], sha256=row["sha256"], state=row["state"],
-                        published_at=float(row["published_at"]), run=_load(row["run"]) or {},
-                        decided_at=row["decided_at"], decided_by=row["decided_by"])
+    return PublishedRow(**{**row, "run": _load(row["run"]) or {}})
 
 
-class CheckmapQueries(QueryBase):
+class CheckmapQueries(MetaQueries):
     async def checkmap_generation(self) -> str:
-        row = await self.tx.one("SELECT value FROM meta WHERE key = ?", GENERATION_KEY)
-        return row["value"] if row else ""
+        return await self.meta_get(GENERATION_KEY) or ""
 
     async def new_checkmap_generation(self) -> None:
         """Tell every process that a map in force changed (they poll the value)."""
-        await self.tx.run("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = "
-                          "excluded.value", GENERATION_KEY, new_id("gen"))
+        await self.tx.run(SET_META, GENERATION_KEY, new_id("gen"))
 
     async def published_checkmap(self, project_id: int, state: str) -> PublishedRow | None:
         """The project's map in that state (`in_force` or `pending`), if any."""
-        row = await self.tx.one(f"SELECT {COLUMNS} FROM published_checkmaps c JOIN projects p ON p.id = c.project_id "
-                                "WHERE c.project_id = ? AND c.state = ?", project_id, state)
+        row = await self.tx.one(f"{PUBLISHED} WHERE c.project_id = ? AND c.state = ?", project_id, state)
         return _published(row) if row else None
 
     async def published_in_force(self) -> list[PublishedRow]:
         """Every project's published map in force."""
-        rows = await self.tx.all(f"SELECT {COLUMNS} FROM published_checkmaps c JOIN projects p ON p.id = c.project_id "
-                                 "WHERE c.state = 'in_force' ORDER BY p.slug")
+        rows = await self.tx.all(f"{PUBLISHED} WHERE c.state = 'in_force' ORDER BY p.slug")
         return [_published(r) for r in rows]
 
     async def insert_published(self, project_id: int, source: str, content: str, sha256: str, state: str,

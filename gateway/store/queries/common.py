@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from typing import Any
 
 from gateway.core import jsonio
 from gateway.knowledge.model import Entry, Project, ProjectSettings
 from gateway.store.base import Tx
-from gateway.store.dialect import dialect_of
+from gateway.store.dialect import DIALECTS
 from gateway.store.recall_index import index_for
 
 
@@ -28,45 +29,21 @@ def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-ENTRY_COLUMNS = (
-    "e.seq, e.id, e.project_id, p.slug AS project_slug, e.kind, e.statement, e.evidence, e.state, "
-    "e.created_at, e.created_by, e.created_via, e.expires_at, e.promoted_at, e.promoted_by, e.provenance"
-)
+# An entry's columns (and its project's slug), named as `Entry`'s fields.
+ENTRY_FIELDS = ("seq", "id", "project_id", "kind", "statement", "evidence", "state", "created_at", "created_by",
+                "created_via", "expires_at", "promoted_at", "promoted_by", "provenance", "project_slug")
+ENTRY_COLUMNS = ", ".join(f"e.{name}" for name in ENTRY_FIELDS[:-1]) + ", p.slug AS project_slug"
 
 
 def _project(row: dict[str, Any]) -> Project:
-    return Project(
-        id=row["id"],
-        slug=row["slug"],
-        created_at=row["created_at"],
-        settings=ProjectSettings(
-            k_distinct_issuers=int(row["k_distinct_issuers"]),
-            window_days=float(row["window_days"]),
-            playbook_min_trusted=int(row["playbook_min_trusted"]),
-            playbook_top_n=int(row["playbook_top_n"]),
-            demotions_per_hour=int(row["demotions_per_hour"]),
-        ),
-    )
+    settings = ProjectSettings(**{f.name: row[f.name] for f in fields(ProjectSettings)})  # columns of the same names
+    return Project(id=row["id"], slug=row["slug"], created_at=row["created_at"], settings=settings)
 
 
 def _entry(row: dict[str, Any]) -> Entry:
-    return Entry(
-        seq=row["seq"],
-        id=row["id"],
-        project_id=row["project_id"],
-        project_slug=row["project_slug"],
-        kind=row["kind"],
-        statement=row["statement"],
-        evidence=row["evidence"],
-        state=row["state"],
-        created_at=row["created_at"],
-        created_by=row["created_by"],
-        created_via=row["created_via"],
-        expires_at=row["expires_at"],
-        promoted_at=row["promoted_at"],
-        promoted_by=row["promoted_by"],
-        provenance=_load(row["provenance"]),
-    )
+    fields = {name: row[name] for name in ENTRY_FIELDS}
+    fields["provenance"] = _load(fields["provenance"])
+    return Entry(**fields)
 
 
 # Effective-state filters: an expired candidate or trusted entry reads as
@@ -88,7 +65,7 @@ class QueryBase:
     def __init__(self, tx: Tx) -> None:
         self.tx = tx
         self.index = index_for(tx)
-        self.dialect = dialect_of(tx)
+        self.dialect = DIALECTS[tx.dialect]
 
     async def serialize(self, key: str) -> None:
         """Hold a lock named `key` until this write transaction ends.
@@ -100,6 +77,11 @@ class QueryBase:
         time (`BEGIN IMMEDIATE`), across processes too."""
         if self.dialect.advisory_lock is not None:
             await self.tx.one(self.dialect.advisory_lock, key)
+
+    async def _entries(self, where: str, *args: Any) -> list[Entry]:
+        """The entries `WHERE {where}` selects, without their supports and contradictions."""
+        sql = f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE {where}"
+        return [_entry(r) for r in await self.tx.all(sql, *args)]
 
     async def _count_since(self, lock: str | None, sql: str, *args: Any) -> tuple[int, float | None]:
         """`sql`'s count `n` and its `oldest` time, with the lock named `lock`

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.knowledge.model import ContradictionRecord, Entry, Support
-from gateway.store.queries import vectors
-from gateway.store.queries.common import ENTRY_COLUMNS, STATE_FILTERS, QueryBase, _dump, _entry, _load
+from gateway.store.queries.common import STATE_FILTERS, _dump, _load
+from gateway.store.queries.vectors import VectorQueries
 
 
-class EntryQueries(QueryBase):
+class EntryQueries(VectorQueries):
     async def insert_entry(self, entry: Entry, norm_statement: str) -> Entry:
         """Store a new entry and return it with its sequence number.  A new
         entry has no supports or contradictions, so nothing is read back."""
@@ -36,42 +36,29 @@ class EntryQueries(QueryBase):
         entry.seq = int(row["seq"])
         return entry
 
+    async def _attached(self, where: str, *args: Any) -> list[Entry]:
+        """The entries `WHERE {where}` selects, with their supports and contradictions."""
+        entries = await self._entries(where, *args)
+        await self.attach(entries)
+        return entries
+
     async def entry(self, project_id: int, entry_id: str, *, for_update: bool = False) -> Entry | None:
-        sql = (
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            "WHERE e.project_id = ? AND e.id = ?"
-        )
-        if for_update:
-            sql += self.dialect.lock_rows(of="e")
-        row = await self.tx.one(sql, project_id, entry_id)
-        if row is None:
-            return None
-        entry = _entry(row)
-        await self.attach([entry])
-        return entry
+        lock = self.dialect.lock_rows(of="e") if for_update else ""
+        found = await self._attached(f"e.project_id = ? AND e.id = ?{lock}", project_id, entry_id)
+        return found[0] if found else None
 
     async def entries_by_ids(self, project_id: int, entry_ids: list[str]) -> dict[str, Entry]:
         if not entry_ids:
             return {}
         marks = ", ".join("?" for _ in entry_ids)
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            f"WHERE e.project_id = ? AND e.id IN ({marks})", project_id, *entry_ids)
-        entries = [_entry(r) for r in rows]
-        await self.attach(entries)
-        return {e.id: e for e in entries}
+        found = await self._attached(f"e.project_id = ? AND e.id IN ({marks})", project_id, *entry_ids)
+        return {e.id: e for e in found}
 
     async def entries_by_seqs(self, seqs: list[int]) -> dict[int, Entry]:
         if not seqs:
             return {}
         marks = ", ".join("?" for _ in seqs)
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE e.seq IN ({marks})",
-            *seqs,
-        )
-        entries = [_entry(r) for r in rows]
-        await self.attach(entries)
-        return {e.seq: e for e in entries}
+        return {e.seq: e for e in await self._attached(f"e.seq IN ({marks})", *seqs)}
 
     async def attach(self, entries: list[Entry]) -> None:
         """Load supports and contradictions for a page of entries in two queries."""
@@ -129,15 +116,7 @@ class EntryQueries(QueryBase):
         if before_seq is not None:
             where.append("e.seq < ?")
             args.append(before_seq)
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            f"WHERE {' AND '.join(where)} ORDER BY e.seq DESC LIMIT ?",
-            *args,
-            limit,
-        )
-        entries = [_entry(r) for r in rows]
-        await self.attach(entries)
-        return entries
+        return await self._attached(f"{' AND '.join(where)} ORDER BY e.seq DESC LIMIT ?", *args, limit)
 
     async def count_entries(self, project_id: int, now: float) -> dict[str, int]:
         counts = {}
@@ -152,9 +131,8 @@ class EntryQueries(QueryBase):
         is never matched, so learn cannot be used to probe for it."""
         # Two processes learning the same statement at once store it once.
         await self.serialize(f"statement:{project_id}:{norm_statement}")
-        row = await self.tx.one(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            "WHERE e.project_id = ? AND e.norm_statement = ? AND (e.expires_at IS NULL OR e.expires_at > ?) "
+        found = await self._attached(
+            "e.project_id = ? AND e.norm_statement = ? AND (e.expires_at IS NULL OR e.expires_at > ?) "
             "AND (e.state = 'trusted' OR (e.state = 'candidate' AND e.created_by = ?)) "
             "ORDER BY CASE WHEN e.state = 'trusted' THEN 0 ELSE 1 END, e.seq LIMIT 1",
             project_id,
@@ -162,11 +140,7 @@ class EntryQueries(QueryBase):
             now,
             principal,
         )
-        if row is None:
-            return None
-        entry = _entry(row)
-        await self.attach([entry])
-        return entry
+        return found[0] if found else None
 
     async def set_state(
         self,
@@ -192,10 +166,10 @@ class EntryQueries(QueryBase):
         entry.state = state
         if state == "trusted" and not was_indexed:
             await self.index.add(entry)
-            await vectors.track(self.tx, entry.seq, entry.project_id)
+            await self.track_vector(entry.seq, entry.project_id)
         elif state != "trusted" and was_indexed:
             await self.index.remove(entry)
-            await vectors.untrack(self.tx, entry.seq)
+            await self.untrack_vector(entry.seq)
 
     async def set_expiry(self, entry: Entry, expires_at: float | None) -> None:
         """An owner's new expiry.  Recall checks expiry at query time (the
@@ -211,26 +185,23 @@ class EntryQueries(QueryBase):
         The link lives in the correction's provenance (`{"replaces": id}`),
         so this reads the provenance text and checks the parsed value."""
         escaped = entry_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            "WHERE e.project_id = ? AND e.provenance LIKE ? ESCAPE '\\' ORDER BY e.seq DESC LIMIT ?",
+        found = await self._entries(
+            "e.project_id = ? AND e.provenance LIKE ? ESCAPE '\\' ORDER BY e.seq DESC LIMIT ?",
             project_id,
             f'%"replaces":"{escaped}"%',
             limit,
         )
-        entries = [e for e in (_entry(r) for r in rows) if (e.provenance or {}).get("replaces") == entry_id]
+        entries = [e for e in found if (e.provenance or {}).get("replaces") == entry_id]
         await self.attach(entries)
         return entries
 
     async def expired_live_entries(self, now: float, limit: int = 500) -> list[Entry]:
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            "WHERE e.state IN ('candidate', 'trusted') AND e.expires_at IS NOT NULL AND e.expires_at <= ? "
+        return await self._entries(
+            "e.state IN ('candidate', 'trusted') AND e.expires_at IS NOT NULL AND e.expires_at <= ? "
             "ORDER BY e.seq LIMIT ?" + self.dialect.lock_rows(of="e", skip_locked=True),
             now,
             limit,
         )
-        return [_entry(r) for r in rows]
 
     async def entry_projects(self, entry_ids: list[str]) -> dict[str, int]:
         """The project of each id that is an entry (unknown ids are absent)."""

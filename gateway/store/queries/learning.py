@@ -65,23 +65,16 @@ class LearningQueries(QueryBase):
 
     async def entry_recall_counts(self, project_id: int, since: float) -> dict[int, tuple[int, int]]:
         """entry seq -> (times returned, times used), over recalls made since `since`."""
-        counts: dict[int, tuple[int, int]] = {}
-        for row in await self.tx.all(
-            "SELECT rr.entry_seq, COUNT(*) AS n FROM recall_results rr JOIN recalls r ON r.seq = rr.recall_seq "
-            "WHERE r.project_id = ? AND r.at >= ? GROUP BY rr.entry_seq",
-            project_id,
-            since,
-        ):
-            counts[int(row["entry_seq"])] = (int(row["n"]), 0)
-        for row in await self.tx.all(
-            "SELECT ru.entry_seq, COUNT(*) AS n FROM recall_uses ru JOIN recalls r ON r.seq = ru.recall_seq "
-            "WHERE r.project_id = ? AND r.at >= ? GROUP BY ru.entry_seq",
-            project_id,
-            since,
-        ):
-            returned, _ = counts.get(int(row["entry_seq"]), (0, 0))
-            counts[int(row["entry_seq"])] = (returned, int(row["n"]))
-        return counts
+        counts: dict[int, list[int]] = {}
+        for i, table in enumerate(("recall_results", "recall_uses")):
+            for row in await self.tx.all(
+                f"SELECT t.entry_seq, COUNT(*) AS n FROM {table} t JOIN recalls r ON r.seq = t.recall_seq "
+                "WHERE r.project_id = ? AND r.at >= ? GROUP BY t.entry_seq",
+                project_id,
+                since,
+            ):
+                counts.setdefault(int(row["entry_seq"]), [0, 0])[i] = int(row["n"])
+        return {seq: (returned, used) for seq, (returned, used) in counts.items()}
 
     async def never_recalled(self, project_id: int, now: float, limit: int) -> tuple[int, list[Entry]]:
         """Trusted, unexpired entries no recall ever returned: (how many, the oldest few)."""
@@ -95,14 +88,8 @@ class LearningQueries(QueryBase):
         )
         clause = f"e.project_id = ? AND {STATE_FILTERS['trusted']} AND NOT {returned}"
         row = await self.tx.one(f"SELECT COUNT(*) AS n FROM entries e WHERE {clause}", project_id, now)
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id WHERE {clause} "
-            "ORDER BY e.seq ASC LIMIT ?",
-            project_id,
-            now,
-            limit,
-        )
-        return (int(row["n"]) if row else 0), [_entry(r) for r in rows]
+        oldest = await self._entries(f"{clause} ORDER BY e.seq ASC LIMIT ?", project_id, now, limit)
+        return (int(row["n"]) if row else 0), oldest
 
     async def entry_recall_stats(self, entry_seq: int) -> tuple[int, int]:
         """(times returned by a recall, times reported used) for one entry, ever."""
@@ -129,11 +116,8 @@ class LearningQueries(QueryBase):
             likes.append("e.norm_statement LIKE ? ESCAPE '\\'")
             escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
             args.append(f"%{escaped}%")
-        rows = await self.tx.all(
-            f"SELECT {ENTRY_COLUMNS} FROM entries e JOIN projects p ON p.id = e.project_id "
-            f"WHERE e.project_id = ? AND {STATE_FILTERS['candidate']} AND ({' OR '.join(likes)}) "
-            "ORDER BY e.seq DESC LIMIT ?",
+        return await self._entries(
+            f"e.project_id = ? AND {STATE_FILTERS['candidate']} AND ({' OR '.join(likes)}) ORDER BY e.seq DESC LIMIT ?",
             *args,
             limit,
         )
-        return [_entry(r) for r in rows]

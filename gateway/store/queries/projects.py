@@ -24,9 +24,9 @@ class ProjectQueries(QueryBase):
         return [_project(r) for r in await self.tx.all("SELECT * FROM projects ORDER BY slug")]
 
     async def insert_project(self, slug: str, settings: ProjectSettings, now: float, playbook: str) -> Project:
-        await self.tx.run(
+        row = await self.tx.one(
             "INSERT INTO projects (slug, created_at, k_distinct_issuers, window_days, playbook_min_trusted, "
-            "playbook_top_n, demotions_per_hour, playbook) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "playbook_top_n, demotions_per_hour, playbook) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
             slug,
             now,
             settings.k_distinct_issuers,
@@ -36,8 +36,9 @@ class ProjectQueries(QueryBase):
             settings.demotions_per_hour,
             playbook,
         )
-        project = await self.project_by_slug(slug)
-        assert project is not None
+        assert row is not None
+        project = _project(row)
+        await self.tx.run("INSERT INTO recall_index (project_id) VALUES (?)", project.id)
         await self.index.create_project(project.id)
         return project
 

@@ -18,9 +18,9 @@ class ProposalQueries(QueryBase):
         proposed_by: str,
         now: float,
     ) -> dict[str, Any]:
-        await self.tx.run(
+        row = await self.tx.one(
             "INSERT INTO proposals (id, project_id, kind, statement, rationale, proposed_by, state, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?)",
+            "VALUES (?, ?, ?, ?, ?, ?, 'pending', ?) RETURNING *",
             proposal_id,
             project_id,
             kind,
@@ -29,7 +29,6 @@ class ProposalQueries(QueryBase):
             proposed_by,
             now,
         )
-        row = await self.proposal(project_id, proposal_id)
         assert row is not None
         return row
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from gateway.knowledge.model import ContradictionRecord, Entry, Support
 from gateway.store.queries.common import ENTRY_COLUMNS, _entry, _load
 from gateway.store.queries.entries import EntryQueries
-from gateway.store import recall_index
 from gateway.store.recall_index import Candidate, Terms
 
 
@@ -52,7 +51,8 @@ class RecallQueries(EntryQueries):
 
     async def recall_generation(self, project_id: int) -> int:
         """The project's recall generation (`gateway.store.recall_index`)."""
-        return await recall_index.generation(self.tx, project_id)
+        row = await self.tx.one("SELECT generation FROM recall_index WHERE project_id = ?", project_id)
+        return int(row["generation"]) if row else 0
 
     async def recalled_entries(self, seqs: list[int]) -> dict[int, Entry]:
         """`entries_by_seqs`, in one statement where arrays bind."""

@@ -1,6 +1,6 @@
 """Recall's embedding vectors: one row per trusted entry, written with the
-trust move (`track` / `untrack`) as a placeholder that `fill_vectors`
-replaces once the vector is computed, outside any transaction."""
+trust move (`track_vector` / `untrack_vector`) as a placeholder that
+`fill_vectors` replaces once the vector is computed, outside any transaction."""
 
 from __future__ import annotations
 
@@ -10,22 +10,16 @@ from gateway.store import recall_index
 from gateway.store.queries.common import QueryBase
 
 
-async def track(tx: Any, seq: int, project_id: int) -> None:
-    """The entry became trusted: a placeholder the fill job will embed."""
-    await tx.run(
-        "INSERT INTO entry_vectors (seq, project_id) VALUES (?, ?) ON CONFLICT (seq) DO NOTHING", seq, project_id
-    )
-
-
-async def untrack(tx: Any, seq: int) -> None:
-    """The entry left trust: its vector goes with it, in the same transaction."""
-    await tx.run("DELETE FROM entry_vectors WHERE seq = ?", seq)
-
-
 class VectorQueries(QueryBase):
     async def track_vector(self, seq: int, project_id: int) -> None:
-        """`track`, for a door that makes entries trusted without `set_state` (the import)."""
-        await track(self.tx, seq, project_id)
+        """The entry became trusted: a placeholder the fill job will embed."""
+        await self.tx.run(
+            "INSERT INTO entry_vectors (seq, project_id) VALUES (?, ?) ON CONFLICT (seq) DO NOTHING", seq, project_id
+        )
+
+    async def untrack_vector(self, seq: int) -> None:
+        """The entry left trust: its vector goes with it, in the same transaction."""
+        await self.tx.run("DELETE FROM entry_vectors WHERE seq = ?", seq)
 
     async def count_vectors(self, project_id: int, model: str) -> int:
         row = await self.tx.one("SELECT COUNT(*) AS n FROM entry_vectors WHERE project_id = ? AND model = ?", project_id, model)

@@ -40,7 +40,7 @@ async def _bulk(hub: Hub, project_id: int, count: int) -> None:
             [(f"kn_bulk_{project_id}_{i}", project_id, kind, s, s.casefold(), NOW, NOW) for i, (s, kind) in enumerate(rows)],
         )
         written = await q.tx.all("SELECT seq, statement, kind FROM entries WHERE project_id = ? AND id LIKE 'kn_bulk_%'", project_id)
-        await sp.add_many(q.tx, project_id, [(r["seq"], r["kind"], None, r["statement"], None) for r in written])
+        await q.index.add_many(project_id, [(r["seq"], r["kind"], None, r["statement"], None) for r in written])
 
     await hub.driver.write(unit)
 
@@ -321,7 +321,7 @@ async def test_the_rows_scored_give_the_best_of_every_row(hub: Hub, acme: Projec
              for i, (s, e, kind, expires) in enumerate(rows)],
         )
         written = await q.tx.all("SELECT seq, kind, expires_at, statement, evidence FROM entries WHERE project_id = ?", project.id)
-        await sp.add_many(q.tx, project.id, [(r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in written])
+        await q.index.add_many(project.id, [(r["seq"], r["kind"], r["expires_at"], r["statement"], r["evidence"]) for r in written])
 
     await hub.driver.write(unit)
     pruned = []

@@ -281,6 +281,9 @@ def test_migration_from_v3_leaves_a_placeholder_per_trusted_entry(tmp_path: Path
         for sql in statements:
             conn.execute(expand(sql, "sqlite"))
     conn.execute("INSERT INTO meta VALUES ('schema_version', '3')")
+    # The vectors' table as versions 1 to 3 made it.
+    conn.execute("CREATE TABLE entry_vectors (seq INTEGER PRIMARY KEY, project_id INTEGER NOT NULL, model TEXT NOT NULL, "
+                 "vector BLOB NOT NULL)")
     conn.execute("INSERT INTO projects (slug, created_at, k_distinct_issuers, window_days, playbook_min_trusted, "
                  "playbook_top_n, demotions_per_hour) VALUES ('p', 0, 2, 7, 1, 5, 3)")
     for i, state in enumerate(["trusted", "candidate", "trusted"]):

@@ -58,7 +58,7 @@ async def test_a_rerun_is_recorded_once_and_a_first_run_is_left_to_the_full_unit
     assert await rerun(hub, token, (entry_id,), at=NOW + 1) == Recorded(found.project_id, 0, False)
     assert await counts(hub) == (1, 1, 0)  # the reused jti changed nothing
 
-    # A jti past its acceptance window is taken over, as reserve_jti does.
+    # A jti past its acceptance window is taken over, as reserve does.
     later = NOW + 700
     again = Replay(True, "https://ci.example", "jti-1", later + 600)
     assert (await rerun(hub, again, (entry_id,), at=later)).recorded
