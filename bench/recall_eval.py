@@ -3,6 +3,7 @@
     .venv/bin/python bench/recall_eval.py                      # fused, as a plain install ranks
     RELAYROOM_SEMANTIC_MODEL=off .venv/bin/python bench/recall_eval.py   # lexical alone
     RELAYROOM_DATABASE_URL=postgresql://... .venv/bin/python bench/recall_eval.py   # on PostgreSQL
+    .venv/bin/python bench/recall_eval.py --outside            # the same questions through `relayroom serve` over HTTP
     .venv/bin/python bench/recall_eval.py --dump dev           # each dev question: the rank of an answer, the first three
     .venv/bin/python bench/recall_eval.py --sweep              # fusion rules on the dev split (tuning)
 
@@ -21,6 +22,11 @@ index, as in production) and pooled (every entry in one project: the other
 projects' entries are distractors).  Figures: MRR@10 over the answerable
 questions, and the AUROC of answerable against unanswerable questions by
 the first result's score (a question with no result scores 0).
+
+`--outside` asks the same questions as an agent does, through `relayroom
+serve` at its shipped defaults over HTTP (bench/recall_eval_outside.py), and
+computes the same figures from the answers: those are the quality figures;
+the in-process run is for diagnosis (`--dump`, `--sweep`).
 """
 
 from __future__ import annotations
@@ -106,7 +112,6 @@ class Observed:
     cosines: Any  # every entry's cosine, in the matrix's row order
     answer: list[str]  # what Recall.recall returned (eval ids)
     scores: list[float]  # their scores
-    top_score: float
 
 
 class Fixture:
@@ -138,7 +143,6 @@ class Fixture:
         _, results = await self.hub.recall.recall(owner, query.text, None, K)
         answer = [self.names[e.seq] for e, _ in results]
         scores = [score for _, score in results]
-        top = scores[0] if scores else 0.0
         pid, now = owner.project.id, self.hub.clock.now()
         stage = self.hub.recall.semantic
 
@@ -154,7 +158,7 @@ class Fixture:
             return hits, text, cosines
 
         hits, text, cosines = await self.hub.driver.read(stages_said)
-        return Observed(query, hits, text, cosines, answer, scores, top)
+        return Observed(query, hits, text, cosines, answer, scores)
 
     async def close(self) -> None:
         await self.hub.stop()
@@ -218,41 +222,53 @@ def sweep(observed: list[Observed], vectors: Any) -> None:
         print(f"dev MRR@10 {mrr:.4f}  base {base} margin_gain {margin} separation_gain {separation}")
 
 
-def dump(setting: str, observed: list[Observed], entries: dict[str, list[dict[str, Any]]]) -> None:
+def dump(setting: str, answered: list[tuple[Query, list[str], list[float]]], entries: dict[str, list[dict[str, Any]]]) -> None:
     """One line per question: its project, the answers wanted, the rank of
     the first of them returned (None: not in the first ten), and the first
     three returned with their projects and scores: in the pooled setting the
     projects show whether another project's entry came first."""
     project_of = {item["id"]: slug for slug, items in entries.items() for item in items}
-    for o in observed:
-        q = o.query
-        rank = next((i + 1 for i, a in enumerate(o.answer) if a in q.relevant), None) if q.relevant else None
-        first = "  ".join(f"{a}({project_of[a]}) {s:.3f}" for a, s in zip(o.answer[:3], o.scores))
+    for q, answer, scores in answered:
+        rank = next((i + 1 for i, a in enumerate(answer) if a in q.relevant), None) if q.relevant else None
+        first = "  ".join(f"{a}({project_of[a]}) {s:.3f}" for a, s in zip(answer[:3], scores))
         print(f"{setting}\t{q.project}\t{q.text!r}\twant {list(q.relevant)}\trank {rank}\t{first}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--outside", action="store_true",
+                        help="ask through `relayroom serve` over HTTP, as an agent does (bench/recall_eval_outside.py)")
     parser.add_argument("--sweep", action="store_true", help="rank the dev split under a grid of fusion rules")
     parser.add_argument("--only", choices=["per-project", "pooled"])
     parser.add_argument(
-        "--dump", choices=["dev", "test"],
+        "--dump", choices=["dev", "test", "all"],
         help="each question of a split: its project, the answers wanted, the rank of the first, the first three returned",
     )
     args = parser.parse_args(argv)
+    if args.outside and args.sweep:
+        parser.error("--sweep replays the stages in process; it cannot run --outside")
     entries, queries = load()
     report: dict[str, Any] = {"store": "postgres" if os.environ.get("RELAYROOM_DATABASE_URL", "").startswith("postgres") else "sqlite"}
-    for setting in ("per-project", "pooled"):
-        if args.only and args.only != setting:
-            continue
-        observed, vectors = asyncio.run(observe(setting == "pooled", queries, entries))
-        report[setting] = figures([(o.query, o.answer, o.top_score) for o in observed])
-        if args.sweep and vectors:
-            print(f"## {setting}")
-            sweep(observed, vectors)
+    settings = [s for s in ("per-project", "pooled") if not args.only or args.only == s]
+    answered: dict[str, list[tuple[Query, list[str], list[float]]]] = {}
+    if args.outside:
+        from bench.recall_eval_outside import answers
+
+        answered, report["outside"] = answers(entries, queries, settings, K)
+    for setting in settings:
+        if not args.outside:
+            observed, vectors = asyncio.run(observe(setting == "pooled", queries, entries))
+            answered[setting] = [(o.query, o.answer, o.scores) for o in observed]
+            if args.sweep and vectors:
+                print(f"## {setting}")
+                sweep(observed, vectors)
+        # First scores as REST carries them (6 decimals): two equal confidences
+        # that differ in the last bit of a float are a tie, not a ranking.
+        report[setting] = figures([(q, answer, round(scores[0], 6) if scores else 0.0)
+                                   for q, answer, scores in answered[setting]])
         if args.dump:
-            dump(setting, [o for o in observed if o.query.split == args.dump], entries)
+            dump(setting, [r for r in answered[setting] if args.dump in ("all", r[0].split)], entries)
     report["entries"] = sum(len(v) for v in entries.values())
     report["questions"] = len(queries)
     print(json.dumps(report, indent=None if not args.json else 2))
