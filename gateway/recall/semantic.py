@@ -33,9 +33,6 @@ log = logging.getLogger("relayroom.recall")
 
 MAX_TOKENS = 256  # what all-MiniLM-L6-v2 was trained to read; longer texts are cut
 FILL_BATCH = 256  # placeholders read per round of the fill job
-# Texts per run of the model, of similar length: bigger batches are no faster
-# on CPU, and onnxruntime keeps the memory of its biggest run.
-MODEL_BATCH = 4
 FILL_INTERVAL = 0.5  # seconds between looks for new placeholders (an indexed range)
 QUERY_CACHE = 512
 # Matrices kept per process, least recently asked project dropped first:
@@ -84,14 +81,17 @@ class Encoder:
         self.dimension = int(self.encode(["dimension probe"]).shape[1])
 
     def encode_many(self, texts: Sequence[str]) -> Any:
-        """`encode` in runs of `MODEL_BATCH` texts of similar length (a batch
-        is padded to its longest text), rows in the order of `texts`."""
+        """`encode`, one text per model run, rows in the order of `texts`.
+
+        The int8 model quantises its activations with one scale per run, taken
+        over every text of the run and its padding: in a run of several, a
+        text's vector would depend on the texts beside it (and so on when the
+        fill job happened to look), and differ from the same text asked as a
+        question.  One at a time is as fast on CPU."""
         np = self._numpy
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), MODEL_BATCH):
-            chosen = order[start:start + MODEL_BATCH]
-            out[chosen] = self.encode([texts[i] for i in chosen])
+        for row, text in enumerate(texts):
+            out[row] = self.encode([text])[0]
         return out
 
     def encode(self, texts: Sequence[str]) -> Any:
