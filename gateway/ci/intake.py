@@ -30,7 +30,6 @@ from typing import Any, Awaitable, Callable, Mapping
 from gateway.ci import webhook_signatures as signatures
 from gateway.ci.checkmaps.model import CheckRule
 from gateway.ci.checkmaps.registry import CheckmapRegistry
-from gateway.ci.oidc.token import LEEWAY_SECONDS
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.ci.providers import workflows
 from gateway.ci.providers.webhook import StandardWebhook, source_key
@@ -131,7 +130,7 @@ class AttestationIntake:
             workflow=credential.workflow,
             home=credential.home_repository,
             provenance=credential.provenance,
-            replay=Replay(True, credential.issuer_url, credential.jti, credential.expires_at + LEEWAY_SECONDS),
+            replay=credential.replay,
         )
         assert result is not None
         return result
@@ -214,7 +213,7 @@ class AttestationIntake:
 
         found = await self.driver.write_statement(rerun)
         if found.project_id is None:
-            raise _no_project(project)
+            raise no_project(project)
         if found.recorded:
             result: dict[str, Any] | None = _answer(attestation_id, project, issuer, statement.check, reason,
                                                     [{"entry_id": e, "duplicate": True} for e in supports], [])
@@ -243,7 +242,7 @@ class AttestationIntake:
         async def unit(q: Queries) -> dict[str, Any] | None:
             stored_project = await q.project_by_slug(project)
             if stored_project is None:
-                raise _no_project(project)
+                raise no_project(project)
             if not await q.reserve(replay, now):
                 _replayed(replay)
                 return None
@@ -276,7 +275,7 @@ class AttestationIntake:
         return child
 
 
-def _no_project(project: str) -> NotFound:
+def no_project(project: str) -> NotFound:
     return NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
                     code="project_not_found")
 

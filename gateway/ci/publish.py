@@ -37,16 +37,15 @@ from gateway.ci.checkmaps.conflicts import clash_text, collisions, publication_p
 from gateway.ci.checkmaps.model import CheckMap, Problem
 from gateway.ci.checkmaps.registry import CheckmapRegistry
 from gateway.ci.checkmaps.validate import validate_text
-from gateway.ci.oidc.token import LEEWAY_SECONDS
+from gateway.ci.intake import no_project
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.core.clock import Clock, to_rfc3339
-from gateway.core.errors import Conflict, Invalid, NotFound
+from gateway.core.errors import Conflict, Invalid
 from gateway.core.visible import describe, first_invisible
 from gateway.knowledge.model import Principal
 from gateway.knowledge.permissions import require
 from gateway.knowledge.settings import SLUG
 from gateway.store.base import Driver
-from gateway.store.queries.attestations import Replay
 from gateway.store.queries.checkmaps import PublishedRow
 from gateway.store.queries import Queries
 
@@ -119,7 +118,6 @@ class Pending:
     content: str
     published_at: float
     run: dict[str, Any]
-    checkmap: CheckMap | None
     bindings: list[BindingRow]  # beside the map in force
     checks: list[CheckRow]
 
@@ -138,7 +136,6 @@ class CheckmapView:
     content: str | None
     published_at: float | None
     run: dict[str, Any] | None
-    checkmap: CheckMap | None
     pending: Pending | None
 
     def to_json(self) -> dict[str, Any]:
@@ -161,13 +158,12 @@ class CheckmapPublications:
         credential = await self.verifier.verify(token, project)
         checkmap = validated(publication.content, path, project)
         run = type(credential.binding).run_record(credential.claims, credential.issuer_url)
-        replay = Replay(True, credential.issuer_url, credential.jti, credential.expires_at + LEEWAY_SECONDS)
         now = self.clock.now()
 
         async def unit(q: Queries) -> tuple[int, dict[str, Any]]:
             await q.serialize(LOCK)
             stored = await _project(q, project)
-            if not await q.reserve(replay, now):
+            if not await q.reserve(credential.replay, now):
                 raise Conflict("this token was already used; request a fresh token for each publication",
                                code="token_reused")
             in_force, pending = await _rows(q, stored.id)
@@ -215,19 +211,18 @@ class CheckmapPublications:
         if in_force is not None:
             current = self._map_of(in_force)
             view = CheckmapView("published", in_force.source, in_force.sha256, in_force.content, in_force.published_at,
-                                in_force.run, current, None)
+                                in_force.run, None)
         elif (current := self.registry.folder_map(project.slug)) is not None:
-            view = CheckmapView("file", PurePath(current.file).name, current.sha256, current.content, None, None,
-                                current, None)
+            view = CheckmapView("file", PurePath(current.file).name, current.sha256, current.content, None, None, None)
         else:
-            view = CheckmapView(None, None, None, None, None, None, None, None)
+            view = CheckmapView(None, None, None, None, None, None, None)
         if pending is None:
             return view
         waiting, _ = validate_text(pending.content, pending.source)
         rows = binding_rows(current, waiting) if waiting is not None else []
         checks = check_rows(current, waiting) if waiting is not None else []
         return replace(view, pending=Pending(pending.sha256, pending.source, pending.content, pending.published_at,
-                                             pending.run, waiting, rows, checks))
+                                             pending.run, rows, checks))
 
     async def approve(self, principal: Principal, sha256: str) -> CheckmapView:
         """Put the pending map in force, judged again against the maps in force now."""
@@ -308,8 +303,7 @@ class CheckmapPublications:
 async def _project(q: Queries, slug: str) -> Any:
     stored = await q.project_by_slug(slug)
     if stored is None:
-        raise NotFound(f"the check maps bind project {slug}, which does not exist on this gateway",
-                       code="project_not_found")
+        raise no_project(slug)
     return stored
 
 

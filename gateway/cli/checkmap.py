@@ -2,7 +2,8 @@
 
 A folder is checked as the gateway reads its check map folder (every map,
 and the conflicts between them); one file as the gateway reads a map a
-repository publishes (`gateway.ci.publish.read_map`), so a map's pull
+repository publishes (`gateway.ci.publish.read_map`; the conflicts with
+other projects' maps only the gateway holding them judges), so a map's pull
 request can fail its own CI before it merges.
 Prints one `FILE:LINE: message` per problem on stdout and exits 1, or a
 short OK line and exits 0.  Notes (`FILE:LINE: note: ...`, the events a

@@ -50,12 +50,13 @@ def cmd_init(args: argparse.Namespace) -> int:
         target.write_bytes(shipped)
         print(f"wrote {shown}: commit it with the workflow that uses it")
     url = (args.gateway_url or os.environ.get("RELAYROOM_URL") or EXAMPLE_URL).rstrip("/")
+    audience = args.audience or os.environ.get("RELAYROOM_AUDIENCE") or "relayroom"
     print("\nThen, in the job that runs the check:\n")
-    print(step.usage(url, args.check, args.audience))
+    print(step.usage(url, args.check, audience))
     project = args.project or "PROJECT"
     print("\nAnd to keep the project's check map current from this repository (a change of who may vote waits "
           "for the owner's approval on the Checks page):\n")
-    print(step.publish_usage(url, project, args.checkmap or f"checkmaps/{project}.yaml", args.audience))
+    print(step.publish_usage(url, project, args.checkmap or f"checkmaps/{project}.yaml", audience))
     if url == EXAMPLE_URL:
         print(f"\n(put your gateway's address in place of {EXAMPLE_URL}, or pass --gateway-url)")
     elif (warning := unreachable_from_ci(url)) is not None:
@@ -76,7 +77,8 @@ def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
     init.add_argument("--gateway-url", default=None, metavar="URL",
                       help=f"the gateway's https address, as a CI runner reaches it (default: $RELAYROOM_URL, else {EXAMPLE_URL})")
     init.add_argument("--check", default="tests", help="the check's name in the printed lines (default: tests)")
-    init.add_argument("--audience", default="relayroom", help="the gateway's RELAYROOM_AUDIENCE (default: relayroom)")
+    init.add_argument("--audience", default=None,
+                      help="the gateway's RELAYROOM_AUDIENCE (default: $RELAYROOM_AUDIENCE, else relayroom)")
     init.add_argument("--project", default=None, help="the project whose check map the repository publishes")
     init.add_argument("--checkmap", default=None, metavar="PATH",
                       help="the map file's path in the repository (default: checkmaps/PROJECT.yaml)")

@@ -29,15 +29,14 @@ import httpx
 
 from gateway.accounts.tokens import is_placeholder
 from gateway.cli.main import CommandError, print_table
+from gateway.knowledge.inputs import MAX_PAGE
+from gateway.knowledge.trust import KINDS, STATES
 
 if TYPE_CHECKING:
     from gateway.cli.main import Subcommands
 
 DEFAULT_URL = "http://127.0.0.1:8750"
 TIMEOUT = 15.0
-PAGE = 200  # the API's largest page
-STATES = ["candidate", "trusted", "contradicted", "retired"]
-KINDS = ["fact", "convention", "pitfall", "decision"]
 
 
 class GatewayClient:
@@ -91,7 +90,7 @@ class GatewayClient:
 
     def entries(self, state: str | None, kind: str | None) -> list[dict[str, Any]]:
         """Every entry the token may see, newest first, page after page."""
-        params: dict[str, Any] = {"limit": PAGE}
+        params: dict[str, Any] = {"limit": MAX_PAGE}
         if state:
             params["state"] = state
         if kind:

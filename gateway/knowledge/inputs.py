@@ -10,6 +10,8 @@ advertises is what the service refuses.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.core.clock import DAY
 from gateway.core.errors import Invalid
 from gateway.core.visible import describe, first_invisible, first_invisible_in
@@ -18,6 +20,7 @@ from gateway.knowledge.trust import KINDS, STATES, Kind
 MAX_STATEMENT = 2000
 MAX_EVIDENCE = 8000
 MAX_EVENT_TYPE = 100
+MAX_DETAIL_DEPTH = 32  # an event's detail nested deeper is refused before anything walks it
 MAX_TTL_DAYS = 36500.0
 MAX_PAGE = 200
 
@@ -63,6 +66,21 @@ def refuse_invisible_json(value: object, field: str) -> None:
     found = first_invisible_in(value, field)
     if found is not None:
         raise invisible_text(*found)
+
+
+def validate_detail(detail: object) -> dict[str, Any]:
+    """An event's detail: a JSON object nested at most MAX_DETAIL_DEPTH deep
+    (the JSON parser takes about a thousand levels; walking or storing that
+    many would exhaust the interpreter's stack)."""
+    if not isinstance(detail, dict):
+        raise Invalid("detail must be a JSON object", code="invalid_field")
+    level: list[object] = [detail]
+    for _ in range(MAX_DETAIL_DEPTH):
+        level = [item for value in level if isinstance(value, (dict, list))
+                 for item in (value.values() if isinstance(value, dict) else value)]
+        if not level:
+            return detail
+    raise Invalid(f"detail is nested more than {MAX_DETAIL_DEPTH} levels deep", code="invalid_field")
 
 
 def invisible_text(field: str, position: int, char: str) -> Invalid:

@@ -27,6 +27,7 @@ from gateway.knowledge.inputs import (
     MAX_STATEMENT,
     optional_text,
     refuse_invisible_json,
+    validate_detail,
     validate_expiry,
     validate_kind,
     validate_page_limit,
@@ -420,11 +421,11 @@ class Knowledge:
     async def post_event(self, principal: Principal, type_: str, detail: dict[str, Any]) -> tuple[str, str]:
         require(principal, "post_event")
         type_ = validate_text(type_, "type", MAX_EVENT_TYPE)
-        if not isinstance(detail, dict):
-            raise Invalid("detail must be a JSON object", code="invalid_field")
-        # An error event's detail is what the owner reads beside the entry it
-        # contradicts, and what agents reading that entry are served.
-        refuse_invisible_json(detail, "detail")
+        detail = validate_detail(detail)
+        if type_ == "error":
+            # An error event's detail is what the owner reads beside the entry it
+            # contradicts, and what agents reading that entry are served.
+            refuse_invisible_json(detail, "detail")
         project = principal.project
         now = self.clock.now()
         target = detail.get("contradicts") if type_ == "error" else None

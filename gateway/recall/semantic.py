@@ -7,8 +7,8 @@ and recall stays lexical.  Nothing is ever downloaded.
 
 Everything that runs the model runs on a worker thread, never on the event
 loop: one query per recall, and each trusted entry once, by the fill job
-(`fill_once`), outside any transaction, in batches of entries of similar
-length.  The vector rows follow trust inside the store's transactions
+(`fill_once`), outside any transaction, one entry per model run.  The
+vector rows follow trust inside the store's transactions
 (gateway/store/queries/vectors.py); the fill replaces the placeholder a
 promotion leaves.  An entry whose vector is not there yet is still found by
 the lexical stage.
@@ -196,14 +196,14 @@ class QueryVector:
 class SemanticStage:
     """The loaded model, the per-process caches and the fill job."""
 
-    def __init__(self, encoder: Encoder, driver: Driver | None = None) -> None:
+    def __init__(self, encoder: Encoder, driver: Driver) -> None:
         self.encoder = encoder
         self.model_id = encoder.model_id
         self._projects: OrderedDict[int, ProjectVectors] = OrderedDict()
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
         self._reloading: dict[int, asyncio.Future[None]] = {}
-        self.driver = driver  # background reloads of a matrix read through it (none: reloads in the recall)
+        self.driver = driver  # the background reloads of a matrix read through it
 
     # -- queries -------------------------------------------------------------------
 
@@ -255,7 +255,7 @@ class SemanticStage:
         cached = self._projects.get(project_id)
         if cached is not None:
             self._projects.move_to_end(project_id)
-            if cached.generation != generation and self.driver is not None and project_id not in self._reloading:
+            if cached.generation != generation and project_id not in self._reloading:
                 self._reloading[project_id] = asyncio.ensure_future(self._reload(self.driver, project_id))
             return cached
         loaded = await self._load(q, project_id, generation)
@@ -339,7 +339,7 @@ class SemanticStage:
 
     # -- filling the vectors ---------------------------------------------------------
 
-    async def fill_once(self, driver: Any) -> int:
+    async def fill_once(self, driver: Driver) -> int:
         """Embed up to FILL_BATCH placeholders and write them; how many."""
         rows = await driver.read(lambda q: q.pending_vectors(self.model_id, FILL_BATCH))
         if not rows:
@@ -350,7 +350,7 @@ class SemanticStage:
         await driver.write(lambda q: q.fill_vectors(self.model_id, filled))
         return len(rows)
 
-    async def fill_all(self, driver: Any) -> int:
+    async def fill_all(self, driver: Driver) -> int:
         total = 0
         while True:
             done = await self.fill_once(driver)
@@ -358,7 +358,7 @@ class SemanticStage:
                 return total
             total += done
 
-    async def fill_loop(self, driver: Any) -> None:
+    async def fill_loop(self, driver: Driver) -> None:
         while True:
             try:
                 await self.fill_all(driver)
@@ -381,7 +381,7 @@ _ENCODERS_LOCK = threading.Lock()
 
 
 def load(
-    setting: str | None, sha256: str | None = None, driver: Driver | None = None
+    setting: str | None, sha256: str | None, driver: Driver
 ) -> tuple[SemanticStage | None, SemanticStatus]:
     """The semantic stage the settings ask for, or None and the reason.  The
     model is loaded once per process (every hub of it shares the session)."""

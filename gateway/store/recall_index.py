@@ -3,8 +3,10 @@
 What the store offers recall: `lexical`, the best trusted, unexpired entries
 holding any of a list of weighted words by the store's native BM25; and the
 project's generation in `recall_index`, a counter bumped (`bump`) in the
-transaction of any change to what recall shows, the one key a process may
-keep derived data under.
+transaction of any change to the project's trusted entries or their vectors
+(an entry entering or leaving trust, a vector written), the one key a process
+may keep derived data of them under.  A support or a new expiry does not
+move it: nothing kept holds those.
 One table per project, written with the move into or out of trust.
 """
 
@@ -55,7 +57,7 @@ def columns(statement: str, evidence: str | None, kind: str) -> tuple[str, str, 
 
 
 async def bump(tx: Any, project_id: int) -> None:
-    """What recall shows of the project changed, in this transaction."""
+    """The project's trusted entries or their vectors changed, in this transaction."""
     await tx.run("UPDATE recall_index SET generation = generation + 1 WHERE project_id = ?", project_id)
 
 
@@ -104,8 +106,8 @@ class SqliteIndex:
         await bump(self.tx, entry.project_id)
 
     async def changed(self, entry: Entry) -> None:
-        """A trusted entry's expiry or supports changed: FTS5 holds neither."""
-        await bump(self.tx, entry.project_id)
+        """A trusted entry's expiry changed: FTS5 does not hold it (recall
+        reads it from the entry), nor does the vector matrix."""
 
     async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None:
         """Entries of one project not indexed yet, at once (bulk loaders)."""

@@ -14,7 +14,7 @@ import unicodedata
 from typing import Any, NamedTuple, Sequence
 
 from gateway.knowledge.model import Entry
-from gateway.store.recall_index import WEIGHTS, Candidate, IndexRow, Terms, bump, columns
+from gateway.store.recall_index import WEIGHTS, Candidate, IndexRow, Terms, columns
 from gateway.store.schema import SET_META
 
 CONFIG = "relayroom_porter"
@@ -148,8 +148,8 @@ class PostgresIndex:
             await _resize(self.tx, entry.project_id, -1, -int(row["len"]))
 
     async def changed(self, entry: Entry) -> None:
+        """A trusted entry's expiry changed: the row holds it for the filter."""
         await self.tx.run(f"UPDATE {table(entry.project_id)} SET expires_at = ? WHERE seq = ?", entry.expires_at, entry.seq)
-        await bump(self.tx, entry.project_id)
 
     async def add_many(self, project_id: int, rows: Sequence[IndexRow]) -> None:
         """Entries of one project not indexed yet, at once (the rebuild, bulk loaders)."""

@@ -43,10 +43,12 @@ def _invisible_class() -> str:
     """The characters of the Basic Multilingual Plane that gateway.core.visible
     refuses, as the ranges of a regular expression class (built from the rule
     itself; ECMA-262 5.1, the dialect OpenAPI 3.0 names, cannot write a
-    character past U+FFFF, such as a tag character, in a class)."""
+    character past U+FFFF, such as a tag character, in a class).  Surrogates
+    are left out: without the `u` flag that dialect reads every character
+    past U+FFFF, an emoji too, as two of them."""
     ranges: list[tuple[int, int]] = []
     for code in range(0x10000):
-        if invisible(chr(code)):
+        if invisible(chr(code)) and not 0xD800 <= code <= 0xDFFF:
             if ranges and ranges[-1][1] == code - 1:
                 ranges[-1] = (ranges[-1][0], code)
             else:
@@ -59,7 +61,8 @@ VISIBLE_RULE = (
     "every character visible: one of category Cc other than tab, line feed and carriage return, of category "
     "Cf (the tag characters U+E0000 to U+E007F, bidirectional embeddings, overrides and isolates, zero-width "
     "spaces and joiners, the byte order mark), a non-character or a lone surrogate is refused with 422 "
-    "invisible_text, naming the first one and where it stands (the pattern lists those below U+10000)"
+    "invisible_text, naming the first one and where it stands (the pattern lists those below U+10000, "
+    "surrogates aside)"
 )
 
 
@@ -222,8 +225,10 @@ CHECKMAP_VIEW = _obj(
 )
 
 PROJECT = {"name": "project", "in": "path", "required": True, "schema": {"type": "string", "pattern": SLUG}}
-THREAD_ID = {"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID, "description": "not blank, no control character",
-             "pattern": "^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f\\u0085][^\\u0000-\\u001f\\u007f]*$"}
+THREAD_ID = {"type": "string", "minLength": 1, "maxLength": MAX_THREAD_ID,
+             "description": f"not blank, no control character; {VISIBLE_RULE}",
+             "pattern": f"^[^\\u0000-\\u001f\\u007f{INVISIBLE}]*[^\\s\\u0000-\\u001f\\u007f\\u0085{INVISIBLE}]"
+                        f"[^\\u0000-\\u001f\\u007f{INVISIBLE}]*$"}
 
 
 def _path(name: str, schema: S = STRING) -> S:

@@ -165,6 +165,30 @@ async def test_invalid_events_refutes_and_queries(client: httpx.AsyncClient, hub
     assert await snapshot(hub) == before
 
 
+@pytest.mark.parametrize("levels", [33, 999])
+async def test_an_event_detail_nested_too_deep_is_422_and_writes_nothing(
+    client: httpx.AsyncClient, hub: Any, acme: ProjectTokens, levels: int
+) -> None:
+    """The JSON parser takes about a thousand levels; a detail that deep once
+    exhausted the stack of the code walking it (a 500)."""
+    before = await snapshot(hub)
+    body = b'{"type": "error", "detail": ' + b'{"a": ' * (levels - 1) + b"[1]" + b"}" * (levels - 1) + b"}"
+    r = await client.post("/v1/projects/acme/events", content=body, headers={**bearer(acme.writer), "content-type": "application/json"})
+    assert_error(r, 422)
+    assert r.json()["error"]["code"] == "invalid_field" and "32 levels" in r.json()["error"]["message"]
+    assert await snapshot(hub) == before
+
+
+async def test_an_event_detail_32_levels_deep_and_a_notes_joined_emoji_are_recorded(
+    client: httpx.AsyncClient, acme: ProjectTokens
+) -> None:
+    """Only an error event's detail is text the owner reviews: another event's
+    detail may hold a family emoji (joined by U+200D)."""
+    body = b'{"type": "note", "detail": ' + b'{"a": ' * 31 + rb'"\ud83d\udc68\u200d\ud83d\udc69"' + b"}" * 31 + b"}"
+    r = await client.post("/v1/projects/acme/events", content=body, headers={**bearer(acme.writer), "content-type": "application/json"})
+    assert r.status_code == 202 and r.json()["effect"] == "none", r.text
+
+
 async def test_hostile_recall_queries_are_safe(client: httpx.AsyncClient, hub: Any, acme: ProjectTokens) -> None:
     entry = await learn(client, "acme", acme.writer, "Quotes \"and\" NEAR(operators) are text.")
     await client.post(f"/v1/projects/acme/entries/{entry['id']}/confirm", headers=bearer(acme.owner))

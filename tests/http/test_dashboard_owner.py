@@ -238,7 +238,8 @@ async def test_the_new_token_page_shows_its_secret_once_and_a_reload_makes_nothi
     assert await snapshot(hub) == before
     tokens = (await hub.accounts.tokens("acme"))
     assert [t["principal"] for t in tokens].count("ci-bot") == 1
-    # The cookie a first view consumed, replayed by another session of the same owner, shows nothing.
+    # The sealed cookie is bound to the session it was made in: replayed in another
+    # session of the same owner, it shows nothing (the browser drops it after one view).
     sealed = re.search(r"rr_new_token=([^;]+)", carried).group(1)  # type: ignore[union-attr]
     await client.post("/logout", data={"csrf_token": await csrf_for(client)}, headers=HTML)
     await login(client, acme.owner)

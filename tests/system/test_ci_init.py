@@ -21,8 +21,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 GITHUB_ACTIONS = re.compile(r"actions/[a-z-]+@v\d+")
 
 
-def relayroom(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")}
+def relayroom(*args: str, cwd: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")} | settings
     return subprocess.run([sys.executable, "-m", "gateway", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=60)
 
@@ -56,6 +56,17 @@ def test_ci_init_writes_the_shipped_step_at_the_checkouts_root(repository: Path)
     assert target.read_text().endswith("# a local change\n")
     forced = relayroom("ci", "init", "github", "--force", cwd=repository)
     assert forced.returncode == 0 and target.read_bytes() == STEPS[0].source.read_bytes()
+
+
+def test_the_printed_lines_carry_the_gateways_audience(repository: Path) -> None:
+    """RELAYROOM_AUDIENCE set as the gateway has it, or --audience over it:
+    runs whose tokens lacked that `aud` would all be refused."""
+    for args, settings, audience in [((), {"RELAYROOM_AUDIENCE": "acme-rr"}, "acme-rr"),
+                                     (("--audience", "other"), {"RELAYROOM_AUDIENCE": "acme-rr"}, "other")]:
+        done = relayroom("ci", "init", "github", "--gateway-url", "https://rr.acme.dev", *args, cwd=repository, **settings)
+        assert done.returncode == 0, done.stderr
+        assert github_usage("https://rr.acme.dev", "tests", audience) in done.stdout
+        assert f"audience: {audience}" in done.stdout
 
 
 def test_a_loopback_gateway_url_comes_with_a_warning(repository: Path) -> None:

@@ -30,6 +30,7 @@ from gateway.ci.providers.claims import first_missing, missing_claim
 from gateway.ci.providers.workflows import WorkflowRef
 from gateway.core.clock import Clock
 from gateway.core.errors import Forbidden, GatewayError, Invalid, Unauthorized
+from gateway.store.queries.attestations import Replay
 
 log = logging.getLogger("relayroom.oidc")
 
@@ -48,6 +49,11 @@ class Credential:
     home_repository: str | None
     provenance: dict[str, Any] = field(default_factory=dict)
     claims: dict[str, Any] = field(default_factory=dict)  # verified; a publication is judged on them again
+
+    @property
+    def replay(self) -> Replay:
+        """The token's replay key, spent by whichever door takes it, kept until it expires."""
+        return Replay(True, self.issuer_url, self.jti, self.expires_at + jwt_token.LEEWAY_SECONDS)
 
 
 class TokenVerifier:

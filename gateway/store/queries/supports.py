@@ -20,8 +20,6 @@ class SupportQueries(QueryBase):
         )
         if count:
             entry.supports.append(support)
-            if entry.state == "trusted":
-                await self.index.changed(entry)  # what recall shows of it changed
         return bool(count)
 
     async def support_exists(self, project_id: int, entry_id: str, issuer: str, source: str) -> bool:

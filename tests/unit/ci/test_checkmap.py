@@ -246,14 +246,14 @@ async def test_the_store_check_reports_unknown_projects_and_foreign_or_unknown_i
     await make_project(hub, "beta")
     mine = await learn(hub, "acme", "Ours.")
     theirs = await learn(hub, "beta", "Theirs.")
-    (tmp_path / "acme.yaml").write_text(GOOD.replace("[kn_00000000000000000000000001]", f"[{mine}, {theirs}, kn_00000000000000000000000404]"))
+    (tmp_path / "acme.yaml").write_text(GOOD.replace("[kn_00000000000000000000000001]", f"[{mine}, {theirs}, kn_nope]"))
     (tmp_path / "ghost.yaml").write_text(GOOD.replace("acme", "ghost").replace("123456", "654321"))
     registry = registry_for(tmp_path)
     registry.reload()
     await registry.check_store(hub.driver)
     messages = [str(p) for p in registry.problems()]
     assert any(f"{theirs} belongs to another project" in m for m in messages)
-    assert any("kn_00000000000000000000000404 is not an entry of project acme" in m for m in messages)
+    assert any("kn_nope is not an entry of project acme" in m for m in messages)
     assert any("project ghost does not exist" in m for m in messages)
     assert not any(mine in m for m in messages)
     rows = {Path(r["file"]).name: r for r in registry.status()}

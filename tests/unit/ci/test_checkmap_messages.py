@@ -73,10 +73,19 @@ def test_a_key_that_is_no_misspelling_lists_what_is_allowed() -> None:
     assert "unknown key ref for provider github-actions; allowed:" in problem
 
 
-@pytest.mark.parametrize("item", ["not-an-id", "kn_1", ENTRY.lower(), ENTRY[:-1] + "I", ENTRY + "0", "0123"])
+@pytest.mark.parametrize("item", ["not-an-id", "kn_", "kn_a-b", "kn_" + "x" * 65, "0123"])
 def test_supports_items_have_the_entry_id_shape(item: str) -> None:
     [problem] = problems_of(github().replace(f"[{ENTRY}]", f"[{item}]"))
     assert f"unit: {item} is not an entry id" in problem
+
+
+@pytest.mark.parametrize("item", ["kn_nope", "kn_1", ENTRY.lower(), ENTRY + "0"])
+def test_an_id_of_that_shape_no_entry_has_does_not_fail_the_file(item: str) -> None:
+    """Such an id is the store's to report (not an entry of the project) and
+    is never supported; the map's other checks keep counting."""
+    parsed, problems = validate_text(github().replace(f"[{ENTRY}]", f"[{item}, {ENTRY}]"), "acme.yaml")
+    assert problems == [] and parsed is not None
+    assert parsed.checks["unit"].supports == (item, ENTRY)
 
 
 def test_an_offline_lint_refuses_not_an_id(tmp_path: Path) -> None:

@@ -227,8 +227,8 @@ OIDC_ISSUERS = mostly(("https://ci.example.com",), ("https://ci.example.com/", "
                                                     "https://ci.example.com/a?b", "https://c i.example.com", 3))
 SUBJECTS = mostly(("repo:acme/api",), ("   ", "\u2028", "x" * 1024, "x" * 1025, "", 5, "whsec_1"))
 SOURCES = mostly(("nightly-canary",), ("a.b_c", "github", "Nightly", "-x", "whsec_1", "x" * 64, 9))
-SUPPORTS = mostly(("kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "kn_" + "0" * 26),
-                  ("ENTRY_ID", "not-an-id", "kn_1", "kn_01jd8xq4m3v9t7r2k5n6p8w0yz", "kn_01JD8XQ4M3V9T7R2K5N6P8W0YI", "x" * 513, 5))
+SUPPORTS = mostly(("kn_01JD8XQ4M3V9T7R2K5N6P8W0YZ", "kn_" + "0" * 26, "kn_nope"),
+                  ("ENTRY_ID", "not-an-id", "kn_", "kn_a-b", "kn_" + "x" * 65, "x" * 513, 5))
 FLAG = mostly((True, False), ("yes", 1))
 SHARED = mostly(("beta", "gamma-2"), ("Beta", "-x", "a" * 64, "beta\n", "", 5, "whsec_1"))
 EXTRA_KEYS = pool("ref", "token", "secret", "Secret", "notes")

@@ -296,11 +296,12 @@ async def test_a_big_project_still_finds_the_rare_answer(hub: Hub, acme: Project
     assert len(with_a_typo) == 5 and all("deploy logs" in e.statement.lower() for e, _ in with_a_typo)
 
 
-async def test_what_recall_shows_of_an_entry_follows_it_and_moves_the_generation(hub: Hub, acme: ProjectTokens) -> None:
+async def test_what_recall_shows_of_an_entry_follows_it_and_trust_moves_the_generation(hub: Hub, acme: ProjectTokens) -> None:
     """A change a recall shows (a new support, a new expiry, a promotion, a
-    refutation) is in the very next answer, and moves the project's recall
-    generation in its own transaction: the one key a process may keep what
-    it derived from the index under."""
+    refutation) is in the very next answer.  A change of trust moves the
+    project's recall generation in its own transaction (the key of what a
+    process keeps: the vector matrix); a support or an expiry, which nothing
+    kept holds, does not (each moved made every process read the matrix again)."""
     from gateway.knowledge.model import Support
 
     project = await hub.accounts.project("acme")
@@ -328,12 +329,12 @@ async def test_what_recall_shows_of_an_entry_follows_it_and_moves_the_generation
     assert outcome is not None and not outcome.duplicate
     assert [s.issuer for s in (await shown()).supports] == ["oidc:ci.example.com:acme"]
     supported = await generation()
-    assert supported > promoted
+    assert supported == promoted
     owner = await hub.accounts.authenticate(acme.owner)
     await hub.knowledge.set_expiry(owner, entry_id, expires_at=now + 86400.0)
     assert (await shown()).expires_at == now + 86400.0
     expiring = await generation()
-    assert expiring > supported
+    assert expiring == supported
     await hub.knowledge.refute(owner, entry_id, "moved to the release bucket")
     assert await shown() is None
     assert await generation() > expiring
