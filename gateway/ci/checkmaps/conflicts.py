@@ -202,12 +202,18 @@ def publication_problem(path: str, hit: Collision) -> Problem:
     return Problem(path, hit.mine.line, f"not accepted: {clash_text(hit, where, reveal=reveal)}")
 
 
-def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, str]) -> list[Problem]:
-    """Problems of a map that binds by sub an issuer host another file binds by id."""
+def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, list[str]]) -> list[Problem]:
+    """Problems of a map that binds by sub an issuer host another file binds
+    by id (the first of them by name); the file's own versions do not count."""
     if checkmap is None:
         return []
-    return [Problem(name, c.line, f"not loaded: {clash_text(Collision(c, by_id[c.value], c), by_id[c.value], reveal=True)}")
-            for c in claims(checkmap) if c.kind == BY_SUBJECT and c.value in by_id and by_id[c.value] != name]
+    problems = []
+    for claim in claims(checkmap):
+        other = next((f for f in by_id.get(claim.value, ()) if f != name), None) if claim.kind == BY_SUBJECT else None
+        if other is not None:
+            problems.append(Problem(name, claim.line,
+                                    f"not loaded: {clash_text(Collision(claim, other, claim), other, reveal=True)}"))
+    return problems
 
 
 def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]],
@@ -229,12 +235,12 @@ def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]],
 
 
 def _resolve_files(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[str, Decision]:
-    by_id: dict[str, str] = {}
+    by_id: dict[str, list[str]] = {}  # issuer host -> the files binding it by ids, by name
     for name in sorted(files):
         for version in files[name]:
             for claim in claims(version) if version is not None else ():
-                if claim.kind == BY_ID:
-                    by_id.setdefault(claim.value, name)
+                if claim.kind == BY_ID and name not in by_id.setdefault(claim.value, []):
+                    by_id[claim.value].append(name)
     barred: dict[str, list[Problem]] = {}
     checked: dict[str, tuple[CheckMap | None, CheckMap | None]] = {}
     for name, (in_force, wanted) in files.items():
