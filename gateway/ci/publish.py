@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import PurePath
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
 from gateway.ci.checkmaps.changes import BindingRow, CheckRow, binding_rows, binds_the_same, check_rows
 from gateway.ci.checkmaps.conflicts import clash_text, collisions, publication_problem
@@ -54,6 +54,9 @@ log = logging.getLogger("relayroom.checkmaps")
 LOCK = "checkmaps"  # every change of a published map, one at a time, across processes
 MAX_PATH = 512
 MAX_PROBLEMS = 100  # in one answer; the message counts them all
+
+# What an owner's decision does to the rows: (queries, map in force, the pending map, now).
+Move = Callable[[Queries, PublishedRow | None, PublishedRow, float], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -226,30 +229,31 @@ class CheckmapPublications:
 
     async def approve(self, principal: Principal, sha256: str) -> CheckmapView:
         """Put the pending map in force, judged again against the maps in force now."""
-        require(principal, "review_checkmap")
-        project = principal.project
-        now = self.clock.now()
 
-        async def unit(q: Queries) -> None:
-            await q.serialize(LOCK)
-            in_force, pending = await _rows(q, project.id)
-            pending = _named(pending, sha256, project.slug)
-            checkmap = validated(pending.content, pending.source, project.slug)
+        async def put_in_force(q: Queries, in_force: PublishedRow | None, pending: PublishedRow, now: float) -> None:
+            checkmap = validated(pending.content, pending.source, principal.project.slug)
             await self._refuse_clashes(q, checkmap, pending.source)
-            before = self._sha_in_force(in_force, project.slug)
             if in_force is not None:
                 await q.set_published_state(in_force.id, "superseded", now, principal.name)
             await q.set_published_state(pending.id, "in_force", now, principal.name)
             await q.new_checkmap_generation()
-            await q.audit(project.id, now, "checkmap", None, principal.name,
-                          {"status": "approved", "source": pending.source, "sha256_before": before,
-                           "sha256_after": pending.sha256, "run": pending.run})
 
-        await self.driver.write(unit)
+        await self._decide(principal, sha256, "approved", put_in_force)
         await self.registry.refresh_published(self.driver)
         return await self.view(principal)
 
     async def reject(self, principal: Principal, sha256: str, reason: str | None = None) -> CheckmapView:
+        async def set_aside(q: Queries, in_force: PublishedRow | None, pending: PublishedRow, now: float) -> None:
+            await q.set_published_state(pending.id, "rejected", now, principal.name)
+
+        await self._decide(principal, sha256, "rejected", set_aside, {"reason": reason} if reason else {})
+        return await self.view(principal)
+
+    async def _decide(self, principal: Principal, sha256: str, status: str, move: Move,
+                      extra: Mapping[str, Any] | None = None) -> None:
+        """The owner's decision on the pending map named by `sha256`, in one
+        write unit holding LOCK: `move` changes its rows, and one audit row
+        says what became of it."""
         require(principal, "review_checkmap")
         project = principal.project
         now = self.clock.now()
@@ -258,13 +262,13 @@ class CheckmapPublications:
             await q.serialize(LOCK)
             in_force, pending = await _rows(q, project.id)
             pending = _named(pending, sha256, project.slug)
-            await q.set_published_state(pending.id, "rejected", now, principal.name)
-            detail = {"status": "rejected", "source": pending.source, "sha256_before": self._sha_in_force(in_force, project.slug),
-                      "sha256_after": pending.sha256, "run": pending.run}
-            await q.audit(project.id, now, "checkmap", None, principal.name, {**detail, **({"reason": reason} if reason else {})})
+            before = self._sha_in_force(in_force, project.slug)
+            await move(q, in_force, pending, now)
+            await q.audit(project.id, now, "checkmap", None, principal.name,
+                          {"status": status, "source": pending.source, "sha256_before": before,
+                           "sha256_after": pending.sha256, "run": pending.run, **(extra or {})})
 
         await self.driver.write(unit)
-        return await self.view(principal)
 
     # -- shared -------------------------------------------------------------------------
 

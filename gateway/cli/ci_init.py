@@ -18,24 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.ci_steps import EXAMPLE_URL, STEPS_BY_NAME, unreachable_from_ci
+from gateway.cli.checkout import checkout_of
 from gateway.cli.main import CommandError, command_group
 
 if TYPE_CHECKING:
     from gateway.cli.main import Subcommands
 
 
-def repository_root(start: Path) -> Path:
-    """The top of the git checkout holding `start` (`.git` is a folder, or a
-    file in a worktree), else `start` itself."""
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    return start
-
-
 def cmd_init(args: argparse.Namespace) -> int:
     step = STEPS_BY_NAME[args.provider]
-    root = Path(args.repo) if args.repo else repository_root(Path.cwd())
+    root = Path(args.repo) if args.repo else checkout_of(Path.cwd()) or Path.cwd()
     if not root.is_dir():
         raise CommandError(f"{root} is not a folder")
     target = root / step.target

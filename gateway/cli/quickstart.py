@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gateway.cli.checkout import checkout_of, unignored
 from gateway.core.config import Config
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ SCHEMA = Path(__file__).resolve().parents[1] / "ci" / "checkmaps" / "checkmap.sc
 
 DEMO_CHECKMAP = """\
 # demo.yaml: which CI checks speak for which entries of project demo.
-# quickstart wrote it into its own folder; a real project's map is kept in
+# quickstart wrote it as an example; a real project's map is kept in
 # its repository and reviewed like code (docs/ci-attestations.md).
 # yaml-language-server: $schema=checkmap.schema.json
 project: demo
@@ -106,29 +107,42 @@ def make_home() -> None:
         ignore.write_text(HOME_IGNORE)
 
 
-def write_example_map(maps: Path) -> Path:
-    maps.mkdir(parents=True, exist_ok=True)
+def place_example_map(maps: Path, own: bool) -> str:
+    """Write the example map (`demo.yaml`, and the schema beside it, where its
+    `$schema` line points an editor) into `maps`, never over a file already
+    there, and say where it went or why nothing was written.  Quickstart's
+    own folder ignores itself; a folder the person named takes the files only
+    outside a git checkout or where the checkout ignores them, so that
+    `git status` shows nothing new."""
     demo_map = maps / "demo.yaml"
-    if not demo_map.exists():
-        demo_map.write_text(DEMO_CHECKMAP)
-    schema = maps / SCHEMA.name
-    if not schema.exists():  # beside the map, where its $schema line points an editor
-        schema.write_bytes(SCHEMA.read_bytes())
-    return demo_map
+    new = [path for path in (demo_map, maps / SCHEMA.name) if not path.exists()]
+    folder = maps.resolve()
+    if not own and new and (top := checkout_of(folder)) is not None:
+        shown = unignored(top, [folder / path.name for path in new])
+        if shown is None or shown:
+            why = "git could not say whether it ignores" if shown is None else "git does not ignore"
+            return (f"nothing written: {maps} is in the git checkout {top} and {why} {', '.join(p.name for p in shown or new)} "
+                    "there (name a folder git ignores, or leave RELAYROOM_CHECKMAPS unset for quickstart's own)")
+    maps.mkdir(parents=True, exist_ok=True)
+    for path in new:
+        path.write_bytes(DEMO_CHECKMAP.encode() if path == demo_map else SCHEMA.read_bytes())
+    ignored = f" (git ignores {HOME}/)" if own else ""
+    return f"{demo_map}{' was already there: kept as it was' if demo_map not in new else ', the example'}{ignored}"
 
 
-def set_up(database_url: str | None) -> tuple[Config, str, dict[str, str] | None, Path | None]:
+def set_up(database_url: str | None) -> tuple[Config, str, dict[str, str] | None, str | None]:
     """Everything quickstart does before it serves: the store, the demo
     project and its tokens, the example check map.  Returns the config to
     serve, the project to show, its new tokens (None: the store already had
-    projects) and the example map written (None: none was)."""
+    projects) and where the example map went (None: the store had projects,
+    so none was placed)."""
     url, maps, own_maps = places(database_url)
     if url.startswith(f"sqlite:///{HOME}/") or own_maps:
         make_home()
     config = Config.from_env(database_url=url, checkmaps=str(maps))
     slug, tokens = asyncio.run(_prepare(config))
-    demo_map = write_example_map(maps) if tokens is not None and own_maps else None
-    return config, slug, tokens, demo_map
+    example = place_example_map(maps, own_maps) if tokens is not None else None
+    return config, slug, tokens, example
 
 
 def _admin(cli: str, config: Config) -> str:
@@ -152,7 +166,7 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
     except ListenError as exc:
         raise CommandError(str(exc)) from None
     try:
-        config, slug, tokens, demo_map = set_up(args.database_url)
+        config, slug, tokens, example = set_up(args.database_url)
     except BaseException:
         sock.close()
         raise
@@ -170,9 +184,9 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
         print("created project demo and two tokens (shown once; only their hashes are stored):")
         print(f"  owner token  (dashboard, confirm/refute): {tokens['owner']}")
         print(f"  agent token  (learn, recall over REST/MCP): {tokens['agent']}")
-        where = f", example check map {demo_map}" if demo_map is not None else ""
         ignored = f" (git ignores {HOME}/)" if config.database_url.startswith(f"sqlite:///{HOME}/") else ""
-        print(f"  store:          {config.database_url}{where}{ignored}")
+        print(f"  store:          {config.database_url}{ignored}")
+        print(f"  check map:      {example}")
     print(f"  dashboard:      {base}/login (sign in with the owner token)")
     print(f"  API reference:  {base}/docs")
     print(f"  MCP:            {base}/mcp")
@@ -200,7 +214,8 @@ def register(sub: Subcommands, store: argparse.ArgumentParser) -> None:
         "quickstart", help=about, description=about + ".",
         epilog=f"Unless RELAYROOM_DATABASE_URL, --database-url or RELAYROOM_CHECKMAPS say otherwise, the store and the "
                f"example check map live in {HOME}/, a folder that git ignores by itself: inside a checkout, "
-               "`git status` shows nothing new.",
+               "`git status` shows nothing new. A folder RELAYROOM_CHECKMAPS names gets the example demo.yaml "
+               "(never over a file already there) unless it lies in a git checkout that does not ignore it.",
     )
     quick.add_argument("--database-url", dest="database_url", default=argparse.SUPPRESS, metavar="URL",
                        help=f"the store (default: $RELAYROOM_DATABASE_URL, else sqlite:///{HOME}/relayroom.db)")

@@ -17,13 +17,13 @@ from starlette.routing import Route
 from gateway.ci.publish import read_publication
 from gateway.knowledge.inputs import validate_text
 from gateway.knowledge.inputs import MAX_EVIDENCE as MAX_REASON
-from gateway.web.inputs import CHECKMAP_BODY_LIMIT, bearer, hub_of, json_body, principal_for
+from gateway.web.inputs import bearer, hub_of, json_body, principal_for
 from gateway.web.responses import JSONResponse
 
 
 async def publish(request: Request) -> Response:
     token = bearer(request)
-    body = await json_body(request, required=("project", "path", "content"), limit=CHECKMAP_BODY_LIMIT)
+    body = await json_body(request, required=("project", "path", "content"))
     status, answer = await hub_of(request).publications.publish(token, read_publication(body))
     return JSONResponse(answer, status_code=status)
 

@@ -15,10 +15,6 @@ from gateway.knowledge.model import Principal
 
 API_BODY_LIMIT = 64 * 1024
 WEBHOOK_BODY_LIMIT = 1024 * 1024
-# A published check map: a file of up to 256 KiB as a JSON string, whose
-# escapes (a line break is two characters) may make it about twice as long.
-CHECKMAP_BODY_LIMIT = 1024 * 1024
-
 
 
 if TYPE_CHECKING:

@@ -200,7 +200,7 @@ CHECKMAP_PUBLICATION = _obj(
         "project": {"type": "string", "pattern": SLUG},
         "path": {"type": "string", "minLength": 1, "maxLength": MAX_CHECKMAP_PATH,
                  "description": "where the file lives in the repository (problem lines name it); printable, visible"},
-        "content": {"type": "string", "description": "the file's text as the repository holds it (at most 256 KiB)"},
+        "content": {"type": "string", "description": "the file's text as the repository holds it; the whole body is at most 64 KiB"},
     },
 )
 PUBLISHED = {"type": "string", "enum": ["applied", "unchanged", "pending_owner"]}

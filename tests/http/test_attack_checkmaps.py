@@ -308,6 +308,29 @@ async def test_a_sub_binding_in_force_leaves_force_when_a_file_shows_its_issuer_
     assert r.status_code == 403 and await snapshot(hub) == before
 
 
+def test_an_edit_to_bind_by_sub_is_barred_though_its_own_old_version_bound_by_ids() -> None:
+    """a.yaml bound a GitLab issuer by ids, as b.yaml does; its edit binds that
+    issuer by sub.  b.yaml's ids bar it, whatever a.yaml's own old version
+    held (it sorts first, and once hid b.yaml's claim)."""
+    def gitlab(project: str, project_id: str) -> str:
+        return checkmap(project, f"""
+  - provider: gitlab
+    issuer: https://gitlab.example.com
+    project_id: "{project_id}"
+    refs: [main]
+""", {})
+    by_ids, beta = validate_text(gitlab("acme", "1"), "a.yaml")[0], validate_text(gitlab("beta", "2"), "b.yaml")[0]
+    by_sub = validate_text(checkmap("acme", """
+  - provider: oidc
+    issuer: https://gitlab.example.com
+    subject: "project_path:acme/api:ref_type:branch:ref:main"
+""", {}), "a.yaml")[0]
+    assert by_ids is not None and beta is not None and by_sub is not None
+    decisions = resolve({"a.yaml": (by_ids, by_sub), "b.yaml": (beta, beta)})
+    assert decisions["a.yaml"].keep is by_ids and decisions["b.yaml"].keep is beta
+    assert "is bound by its immutable ids in b.yaml" in decisions["a.yaml"].problems[0].message
+
+
 @pytest.mark.parametrize("key", ["secret_env", "webhook_secret_env"])
 def test_a_binding_may_not_name_the_gateways_own_settings_as_its_secret(key: str) -> None:
     binding = (webhook_binding("canary", "RELAYROOM_GITHUB_WEBHOOK_SECRET") if key == "secret_env" else """

@@ -109,13 +109,26 @@ async def test_a_malformed_body_is_refused(repo: Repo, hub: Hub, body: tuple[int
     assert (await repo.attest("migrations", token)).status_code == 201, "a refused publication spends no token"
 
 
-async def test_a_body_past_the_limit_is_413_and_a_file_past_256_kib_is_a_problem(repo: Repo, hub: Hub) -> None:  # noqa: F811
-    big = repo.text() + "# " + "x" * (257 * 1024) + "\n"
-    r = await refused(repo, hub, 422, "invalid_checkmap", text=big)
-    assert r.json()["error"]["problems"] == [{"line": 1, "message": "the file is over 256 KiB; a check map is a short list"}]
-    huge = json.dumps({"project": "acme", "path": PATH, "content": "x" * (1024 * 1024)})
-    r = await repo.client.post("/v1/checkmaps", content=huge, headers={**bearer(repo.token()), "Content-Type": "application/json"})
-    assert r.status_code == 413 and r.json()["error"]["code"] == "body_too_large"
+def publication_of(text: str, size: int) -> bytes:
+    """A body publishing `text` padded with a comment to exactly `size` bytes."""
+    bare = json.dumps({"project": "acme", "path": PATH, "content": text + "# \n"}).encode()
+    padded = json.dumps({"project": "acme", "path": PATH, "content": text + "# " + "x" * (size - len(bare)) + "\n"})
+    assert len(padded.encode()) == size
+    return padded.encode()
+
+
+async def test_a_body_past_64_kib_is_413_like_the_rest_of_the_api(repo: Repo, hub: Hub) -> None:  # noqa: F811
+    """A publication is no webhook: the API's 64 KiB, not a webhook's 1 MiB."""
+    before, in_force, token = await snapshot(hub), repo.in_force(), repo.token()
+    headers = {**bearer(token), "Content-Type": "application/json"}
+    r = await repo.client.post("/v1/checkmaps", content=publication_of(repo.text(), 64 * 1024 + 1), headers=headers)
+    assert (r.status_code, r.json()["error"]["code"]) == (413, "body_too_large"), r.text
+    assert "64 KiB" in r.json()["error"]["message"]
+    assert await snapshot(hub) == before and repo.in_force() == in_force
+    assert (await repo.attest("migrations", token)).status_code == 201, "a refused publication spends no token"
+    r = await repo.client.post("/v1/checkmaps", content=publication_of(repo.text(), 64 * 1024),
+                               headers={**bearer(repo.token()), "Content-Type": "application/json"})
+    assert (r.status_code, r.json()["status"]) == (200, "applied"), r.text
 
 
 # Each makes acme's map invalid: (how, from the valid text; the problem's line; what it says).

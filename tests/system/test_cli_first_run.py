@@ -94,11 +94,11 @@ def test_an_address_that_cannot_be_listened_on_says_why(tmp_path: Path, args: li
 
 
 class Quickstart:
-    def __init__(self, cwd: Path, port: int) -> None:
+    def __init__(self, cwd: Path, port: int, **env: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "quickstart", "--port", str(port)],
             cwd=cwd,
-            env=clean_env(),
+            env=clean_env(**env),
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

@@ -18,6 +18,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.cli.quickstart import DEMO_CHECKMAP, SCHEMA, place_example_map
 from gateway.core.clock import SystemClock
 from tests.conftest import free_port
 from tests.system.test_cli_first_run import Quickstart, clean_env
@@ -127,3 +128,54 @@ async def test_each_agent_configuration_quickstart_prints_works_as_pasted(tmp_pa
         assert value == http_server["headers"]["Authorization"] == f"Bearer {stdio_server['env']['RELAYROOM_TOKEN']}"
     finally:
         quick.stop()
+
+
+def test_a_check_map_folder_the_person_names_gets_the_example_map(tmp_path: Path) -> None:
+    maps, work = tmp_path / "maps", tmp_path / "work"
+    work.mkdir()
+    port = free_port()
+    quick = Quickstart(work, port, RELAYROOM_CHECKMAPS=str(maps))
+    try:
+        printed = quick.read_until("playbook:")
+        ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=20).json()
+    finally:
+        quick.stop()
+    assert any(line.split() == ["check", "map:", f"{maps / 'demo.yaml'},", "the", "example"] for line in printed), printed
+    assert (maps / "demo.yaml").read_text() == DEMO_CHECKMAP and (maps / SCHEMA.name).is_file()
+    loaded = [row for row in ready["checkmaps"] if row["file"].endswith("demo.yaml")]
+    assert [(Path(row["file"]).resolve(), row["error"]) for row in loaded] == [((maps / "demo.yaml").resolve(), None)]
+
+
+def test_a_named_folder_in_a_checkouts_tracked_tree_gets_nothing(tmp_path: Path) -> None:
+    checkout = checkout_like_this_repository(tmp_path)
+    quick = Quickstart(checkout, free_port(), RELAYROOM_CHECKMAPS="checkmaps")
+    try:
+        printed = quick.read_until("playbook:")
+    finally:
+        quick.stop()
+    said = next(line for line in printed if "check map:" in line)
+    assert "nothing written: checkmaps is in the git checkout" in said and "git does not ignore demo.yaml" in said, said
+    assert git(checkout, "status", "--porcelain", "--untracked-files=all") == ""
+    assert sorted(p.name for p in (checkout / "checkmaps").iterdir()) == ["README.md"]
+
+    # A folder the checkout ignores takes it (a fresh store: quickstart places a map only with a new project).
+    (checkout / ".gitignore").write_text("local-maps/\n")
+    git(checkout, "add", ".gitignore")
+    git(checkout, "commit", "-q", "-m", "ignore local maps")
+    quick = Quickstart(checkout, free_port(), RELAYROOM_CHECKMAPS="local-maps",
+                       RELAYROOM_DATABASE_URL="sqlite:///.relayroom/second.db")
+    try:
+        printed = quick.read_until("playbook:")
+    finally:
+        quick.stop()
+    assert any(line.split() == ["check", "map:", "local-maps/demo.yaml,", "the", "example"] for line in printed), printed
+    assert (checkout / "local-maps" / "demo.yaml").read_text() == DEMO_CHECKMAP
+    assert git(checkout, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_the_example_map_never_replaces_a_file(tmp_path: Path) -> None:
+    mine = "project: demo\nissuers: []\nchecks: {}\n# mine\n"
+    (tmp_path / "demo.yaml").write_text(mine)
+    said = place_example_map(tmp_path, own=False)
+    assert said == f"{tmp_path / 'demo.yaml'} was already there: kept as it was"
+    assert (tmp_path / "demo.yaml").read_text() == mine and (tmp_path / SCHEMA.name).is_file()

@@ -42,6 +42,7 @@ names that project under `shared_with`, never a file of the gateway.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from gateway.ci.checkmaps.model import CheckMap, Problem
 from gateway.ci.providers import PROVIDERS
@@ -98,18 +99,28 @@ def claims(checkmap: CheckMap) -> list[Claim]:
 
 
 Held = dict[str, dict[str, list[Claim]]]  # claimed value -> file -> its claims of that value
-Hit = tuple[Claim, str, Claim, int]  # my claim, the first other file holding against it, its claim, how many more
 
 
-def _collisions(mine: list[Claim], held: Held, me: str) -> list[Hit]:
-    """One hit for each of my claims that collides: bounded by my claims,
-    however many files collide."""
+@dataclass(frozen=True)
+class Collision:
+    """A claim of a map that a map held beside it (`other`, the first by name) clashes with."""
+
+    mine: Claim
+    other: str
+    theirs: Claim
+    more: int = 0  # how many other maps clash with it too
+
+
+def _collisions(checkmap: CheckMap, held: Held, me: str = "", clash: Callable[[Claim, Claim], bool] = _collide,
+                ) -> list[Collision]:
+    """One collision for each claim of `checkmap` that `clash`es with a map of
+    `held` other than `me`: bounded by its claims, however many maps clash."""
     found = []
-    for claim in mine:
+    for claim in dict.fromkeys(claims(checkmap)):  # a claim made twice (on one line) clashes once
         hits = [(f, theirs) for f, claims_of_f in sorted(held.get(claim.value, {}).items()) if f != me
-                for theirs in claims_of_f if _collide(claim, theirs)]
+                for theirs in claims_of_f if clash(claim, theirs)]
         if hits:
-            found.append((claim, hits[0][0], hits[0][1], len({f for f, _ in hits}) - 1))
+            found.append(Collision(claim, hits[0][0], hits[0][1], len({f for f, _ in hits}) - 1))
     return found
 
 
@@ -123,23 +134,13 @@ def _hold(held: Held, name: str, checkmap: CheckMap | None) -> None:
             held.setdefault(claim.value, {}).setdefault(name, []).append(claim)
 
 
-def _problem(name: str, hit: Hit, *, other_in_force: bool) -> Problem:
-    claim, other, theirs, more = hit
-    what = clash_text(Collision(claim, other, theirs), other, reveal=True)
-    if more:
-        what += f" (and by {more} other file{'s' if more > 1 else ''})"
+def _problem(name: str, hit: Collision, *, other_in_force: bool) -> Problem:
+    what = clash_text(hit, hit.other, reveal=True)
+    if hit.more:
+        what += f" (and by {hit.more} other file{'s' if hit.more > 1 else ''})"
     if other_in_force:
-        return Problem(name, claim.line, f"not loaded: {what} (that file is in force and stays in force)")
-    return Problem(name, claim.line, f"not loaded: {what} (neither file is loaded until one of them changes)")
-
-
-@dataclass(frozen=True)
-class Collision:
-    """A claim of a map that a map staying in force (`other`) clashes with."""
-
-    mine: Claim
-    other: str
-    theirs: Claim
+        return Problem(name, hit.mine.line, f"not loaded: {what} (that file is in force and stays in force)")
+    return Problem(name, hit.mine.line, f"not loaded: {what} (neither file is loaded until one of them changes)")
 
 
 def _clash(mine: Claim, theirs: Claim) -> bool:
@@ -154,14 +155,7 @@ def collisions(candidate: CheckMap, staying: dict[str, CheckMap]) -> list[Collis
     held: Held = {}
     for name, checkmap in staying.items():
         _hold(held, name, checkmap)
-    found: dict[tuple[str, str, int], Collision] = {}
-    for claim in claims(candidate):
-        for other, theirs in sorted(held.get(claim.value, {}).items()):
-            hit = next((t for t in theirs if _clash(claim, t)), None)
-            if hit is not None:
-                found.setdefault((claim.kind, claim.value, claim.line), Collision(claim, other, hit))
-                break
-    return list(found.values())
+    return _collisions(candidate, held, clash=_clash)
 
 
 def _id_providers() -> str:
@@ -208,12 +202,18 @@ def publication_problem(path: str, hit: Collision) -> Problem:
     return Problem(path, hit.mine.line, f"not accepted: {clash_text(hit, where, reveal=reveal)}")
 
 
-def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, str]) -> list[Problem]:
-    """Problems of a map that binds by sub an issuer host another file binds by id."""
+def _barred(name: str, checkmap: CheckMap | None, by_id: dict[str, list[str]]) -> list[Problem]:
+    """Problems of a map that binds by sub an issuer host another file binds
+    by id (the first of them by name); the file's own versions do not count."""
     if checkmap is None:
         return []
-    return [Problem(name, c.line, f"not loaded: {clash_text(Collision(c, by_id[c.value], c), by_id[c.value], reveal=True)}")
-            for c in claims(checkmap) if c.kind == BY_SUBJECT and c.value in by_id and by_id[c.value] != name]
+    problems = []
+    for claim in claims(checkmap):
+        other = next((f for f in by_id.get(claim.value, ()) if f != name), None) if claim.kind == BY_SUBJECT else None
+        if other is not None:
+            problems.append(Problem(name, claim.line,
+                                    f"not loaded: {clash_text(Collision(claim, other, claim), other, reveal=True)}"))
+    return problems
 
 
 def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]],
@@ -235,12 +235,12 @@ def resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]],
 
 
 def _resolve_files(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[str, Decision]:
-    by_id: dict[str, str] = {}
+    by_id: dict[str, list[str]] = {}  # issuer host -> the files binding it by ids, by name
     for name in sorted(files):
         for version in files[name]:
             for claim in claims(version) if version is not None else ():
-                if claim.kind == BY_ID:
-                    by_id.setdefault(claim.value, name)
+                if claim.kind == BY_ID and name not in by_id.setdefault(claim.value, []):
+                    by_id[claim.value].append(name)
     barred: dict[str, list[Problem]] = {}
     checked: dict[str, tuple[CheckMap | None, CheckMap | None]] = {}
     for name, (in_force, wanted) in files.items():
@@ -273,7 +273,7 @@ def _resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[
         for name in list(edits):
             in_force, wanted = files[name]
             assert wanted is not None
-            hits = _collisions(claims(wanted), held, name)
+            hits = _collisions(wanted, held, name)
             if hits:
                 decisions[name] = Decision(in_force, tuple(_problem(name, hit, other_in_force=True) for hit in hits))
                 continue
@@ -290,7 +290,7 @@ def _resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[
         if wanted is None:
             decisions[name] = Decision(None)
             continue
-        hits = _collisions(claims(wanted), held, name)
+        hits = _collisions(wanted, held, name)
         if hits:
             decisions[name] = Decision(None, tuple(_problem(name, hit, other_in_force=True) for hit in hits))
         else:
@@ -299,7 +299,7 @@ def _resolve(files: dict[str, tuple[CheckMap | None, CheckMap | None]]) -> dict[
     for name, wanted in pending.items():
         _hold(among, name, wanted)
     for name, wanted in pending.items():
-        hits = _collisions(claims(wanted), among, name)
+        hits = _collisions(wanted, among, name)
         if hits:
             decisions[name] = Decision(None, tuple(_problem(name, hit, other_in_force=False) for hit in hits))
         else:
