@@ -43,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import statistics
 import sys
 import threading
@@ -88,7 +89,9 @@ async def build(url: str, entries: int, others: int, lexical: bool = False) -> l
     from gateway.core.config import Config
     from gateway.hub import Hub
 
-    hub = Hub(Config.from_env({}, database_url=url, sweep_interval=0.0, semantic_model="off" if lexical else None),
+    # The server's model setting, so that the vectors carry its model's id.
+    model_env = {k: v for k, v in os.environ.items() if k.startswith("RELAYROOM_SEMANTIC_MODEL")}
+    hub = Hub(Config.from_env(model_env, database_url=url, sweep_interval=0.0, semantic_model="off" if lexical else None),
               clock=SystemClock())
     await hub.start(background=False)
     model = hub.recall.semantic.model_id if hub.recall.semantic is not None else None

@@ -9,10 +9,11 @@ Any other value: a folder holding `model.onnx` and `tokenizer.json`, run
 as it is (`RELAYROOM_SEMANTIC_MODEL_SHA256` pins its model's digest).
 
 The installed model runs at fp32 speed.  Its int8 weights quantised again
-per channel (`gateway.recall.quantise`, run once in a subprocess, since it
-needs the `onnx` package) make a question's embedding about 40% cheaper for
-a cosine of 0.99 to the original's vectors; the result is kept on disk,
-keyed by the source's sha256, and reused by every later start.  When that
+per channel, the attention of the first and last layers left in fp32
+(`gateway.recall.quantise`, run once in a subprocess, since it needs the
+`onnx` package), make a question's embedding about half as costly for a
+cosine of 0.99 to the original's vectors; the result is kept on disk, keyed by the source's sha256
+and the recipe, and reused by every later start.  When that
 step fails, the installed file is run as it is.  Nothing is downloaded.
 """
 
@@ -35,6 +36,9 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 TOKENIZER = Path(__file__).with_name("model") / "tokenizer.json"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 QUANTISE_TIMEOUT = 300.0
+# Names the copy's recipe (gateway/recall/quantise.py) in its file name: a
+# copy made by another recipe is never reused.
+RECIPE = "int8-ends-attention-fp32"
 
 
 class ModelUnavailable(Exception):
@@ -83,7 +87,7 @@ def resolve(setting: str | None, sha256: str | None = None) -> ModelFiles | None
     _checked(TOKENIZER, TOKENIZER_SHA256)
     fast = quantised(source, MODEL_SHA256)
     if fast is not None:
-        return ModelFiles(fast[0], TOKENIZER, fast[1], "all-MiniLM-L6-v2, int8 per channel")
+        return ModelFiles(fast[0], TOKENIZER, fast[1], "all-MiniLM-L6-v2, int8 per channel, attention of the first and last layers fp32")
     return ModelFiles(source, TOKENIZER, MODEL_SHA256, "all-MiniLM-L6-v2")
 
 
@@ -93,10 +97,10 @@ def cache_dir() -> Path:
 
 
 def quantised(source: Path, source_sha256: str) -> tuple[Path, str] | None:
-    """The per-channel int8 copy of `source` and its sha256, made once and
+    """The int8 copy of `source` (gateway/recall/quantise.py) and its sha256, made once and
     kept (beside it, the digest it had when made, checked at every load), or
     None when it cannot be made."""
-    target = cache_dir() / f"{source_sha256[:32]}-int8.onnx"
+    target = cache_dir() / f"{source_sha256[:32]}-{RECIPE}.onnx"
     stamp = target.with_suffix(".sha256")
     try:
         if target.is_file() and stamp.is_file() and file_sha256(target) == stamp.read_text().strip():

@@ -221,7 +221,7 @@ async def test_kind_filter_and_kind_hints(hub: Hub, acme: ProjectTokens) -> None
         "acme",
         [
             ("convention", "Cache keys are prefixed with the service name."),
-            ("pitfall", "Cache keys longer than 250 bytes are silently dropped by memcached."),
+            ("pitfall", "Memcached silently drops cache keys longer than 250 bytes."),
         ],
     )
     reader = await _reader(hub, acme.reader)

@@ -266,6 +266,29 @@ def test_the_int8_copy_is_made_once_and_made_again_when_changed(tmp_path: Path, 
     assert again == made and model.file_sha256(made[0]) == made[1]  # made again, the same bytes
 
 
+def test_the_copy_keeps_the_first_and_last_attention_in_fp32_and_never_reuses_another_recipes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copy made by the earlier recipe (every layer int8), left in a
+    user's cache with its stamp, is not run: the recipe names the file."""
+    import onnx
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = tmp_path / "relayroom" / "models"
+    folder.mkdir(parents=True)
+    old = folder / f"{model.MODEL_SHA256[:32]}-int8.onnx"
+    old.write_bytes(b"a copy made by the earlier recipe")
+    old.with_suffix(".sha256").write_text(model.file_sha256(old) + "\n")
+    made = model.quantised(_installed_model() / "model.onnx", model.MODEL_SHA256)
+    assert made is not None and made[0] != old and made[0].parent == folder
+    graph = onnx.load(str(made[0])).graph
+    weights = {i.name for i in graph.initializer}
+    products = [n.op_type for n in graph.node if n.op_type in ("MatMul", "MatMulInteger") and n.input[1] in weights]
+    # Per layer: the attention's query, key, value and output, then the feed-forward's two.
+    first, middle, last = ["MatMul"] * 4 + ["MatMulInteger"] * 2, ["MatMulInteger"] * 6, ["MatMul"] * 4 + ["MatMulInteger"] * 2
+    assert products == first + middle * 4 + last
+
+
 async def test_readyz_says_which_ranking_is_in_force(semantic_hub: Hub) -> None:
     import httpx
 
