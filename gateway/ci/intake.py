@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from gateway.ci import webhook_signatures as signatures
 from gateway.ci.checkmaps.model import CheckRule
-from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.ci.checkmaps.registry import CheckmapRegistry, no_project
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.ci.providers import workflows
 from gateway.ci.providers.webhook import StandardWebhook, source_key
@@ -273,11 +273,6 @@ class AttestationIntake:
         if child is None:
             child = self._counters[key] = self.metrics.attestations.labels(*key)
         return child
-
-
-def no_project(project: str) -> NotFound:
-    return NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
-                    code="project_not_found")
 
 
 def _replayed(replay: Replay) -> None:

@@ -35,9 +35,8 @@ from typing import Any, Awaitable, Callable, Mapping
 from gateway.ci.checkmaps.changes import BindingRow, CheckRow, binding_rows, binds_the_same, check_rows
 from gateway.ci.checkmaps.conflicts import clash_text, collisions, publication_problem
 from gateway.ci.checkmaps.model import CheckMap, Problem
-from gateway.ci.checkmaps.registry import CheckmapRegistry
+from gateway.ci.checkmaps.registry import CheckmapRegistry, no_project
 from gateway.ci.checkmaps.validate import validate_text
-from gateway.ci.intake import no_project
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.errors import Conflict, Invalid

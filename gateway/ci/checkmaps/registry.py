@@ -38,6 +38,7 @@ from gateway.ci.checkmaps.published import PublishedMap, PublishedMaps
 from gateway.ci.checkmaps.validate import allow_event_notes, validate_text
 from gateway.ci.providers.base import Binding
 from gateway.core.clock import Clock, to_rfc3339
+from gateway.core.errors import NotFound
 from gateway.store.queries import Queries
 
 log = logging.getLogger("relayroom.checkmaps")
@@ -126,6 +127,12 @@ class _Scan:
     seen: set[str] = field(default_factory=set)
     unchanged: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)
     changed: dict[str, tuple[tuple[int, int, int, int], str, CheckMap | None, list[Problem]]] = field(default_factory=dict)
+
+
+def no_project(project: str) -> NotFound:
+    """A map binds a project this gateway does not have (both CI doors say it alike)."""
+    return NotFound(f"the check maps bind project {project}, which does not exist on this gateway",
+                    code="project_not_found")
 
 
 class CheckmapRegistry:

@@ -174,7 +174,8 @@ class EntryQueries(VectorQueries):
     async def set_expiry(self, entry: Entry, expires_at: float | None) -> None:
         """An owner's new expiry.  Recall checks expiry at query time (the
         entry leaves recall at that instant); the index of a trusted entry
-        is told too, as both indexes keep the expiry beside its row."""
+        is told too: PostgreSQL's keeps the expiry beside its row to filter
+        on it (SQLite's reads it from the entry)."""
         await self.tx.run("UPDATE entries SET expires_at = ? WHERE seq = ?", expires_at, entry.seq)
         entry.expires_at = expires_at
         if entry.state == "trusted":
