@@ -27,6 +27,7 @@ is applied, waits, is approved or rejected is an audit row (`checkmap`).
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import PurePath
@@ -81,6 +82,10 @@ def read_publication(body: Mapping[str, Any]) -> Publication:
     return Publication(project, path, content)
 
 
+# A publication is an API body, not a webhook's (1 MiB): the web door refuses a larger one before reading it.
+BODY_LIMIT = 64 * 1024
+
+
 def invalid(path: str, problems: list[Problem]) -> Invalid:
     first = problems[0]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -90,15 +95,21 @@ def invalid(path: str, problems: list[Problem]) -> Invalid:
 
 def read_map(text: bytes | str, path: str) -> tuple[CheckMap | None, list[Problem]]:
     """A map file as a publication is read (and `relayroom checkmap check FILE`
-    reads it): validated as a file of the folder is, and, since the owner
-    reads it before approving, holding only characters a person can see."""
+    reads it): validated as a file of the folder is, small enough to be
+    published, and, since the owner reads it before approving, holding only
+    characters a person can see."""
     checkmap, problems = validate_text(text, path)
     content = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-    hidden = [Problem(path, number, f"{describe(*found)} cannot be seen for what it is; the owner reviews this text, "
+    unpublishable = [Problem(path, number, f"{describe(*found)} cannot be seen for what it is; the owner reviews this text, "
                       "so it holds only what a person can see") for number, line in enumerate(content.split("\n"), 1)
               if (found := first_invisible(line)) is not None]
-    if hidden:
-        return None, sorted(hidden + problems, key=lambda p: p.line)
+    # A folder file may reach 256 KiB; published, the file travels as a JSON string inside a body the web door
+    # refuses past BODY_LIMIT, so `checkmap check FILE` says so before the repository's CI finds out.
+    if (size := len(json.dumps(content, ensure_ascii=False).encode())) > BODY_LIMIT:
+        unpublishable.append(Problem(path, 1, f"as a JSON string this file is {size:,} bytes; a publication's body is at "
+                              f"most {BODY_LIMIT:,} bytes (64 KiB), so the gateway would answer 413 body_too_large"))
+    if unpublishable:
+        return None, sorted(unpublishable + problems, key=lambda p: p.line)
     return checkmap, problems
 
 

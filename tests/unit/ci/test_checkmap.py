@@ -389,6 +389,31 @@ def test_cli_checks_one_file_as_its_repository_publishes_it(tmp_path: Path) -> N
     assert bad.stderr.strip().splitlines()[-1].startswith("relayroom: ") and "Traceback" not in bad.stderr
 
 
+def test_cli_says_a_file_too_big_to_publish_though_the_folder_takes_it(tmp_path: Path) -> None:
+    """A folder file may reach 256 KiB; a published one travels in a 64 KiB
+    body.  `checkmap check FILE` (the repository's own CI) says so at line 1,
+    before the gateway's 413; the folder check still takes the file."""
+    (tmp_path / "checkmaps").mkdir()
+    def as_json_string(text: str) -> int:
+        return len(json.dumps(text, ensure_ascii=False).encode())
+
+    fits = GOOD + ("# " + "x" * 98 + "\n") * 600
+    fits += "#" + "x" * (64 * 1024 - as_json_string(fits) - 1)
+    assert as_json_string(fits) == 64 * 1024
+    (tmp_path / "checkmaps" / "acme.yaml").write_text(fits)
+    ok = run_cli("checkmap", "check", "checkmaps/acme.yaml", env={"CWD": str(tmp_path)})
+    assert ok.returncode == 0, ok.stdout
+    (tmp_path / "checkmaps" / "acme.yaml").write_text(fits + "x")
+    big = run_cli("checkmap", "check", "checkmaps/acme.yaml", env={"CWD": str(tmp_path)})
+    assert big.returncode == 1
+    assert big.stdout.splitlines()[0] == ("checkmaps/acme.yaml:1: as a JSON string this file is 65,537 bytes; a "
+                                          "publication's body is at most 65,536 bytes (64 KiB), so the gateway would "
+                                          "answer 413 body_too_large")
+    assert "413 body_too_large" in big.stdout and "Traceback" not in big.stderr
+    folder = run_cli("checkmap", "check", "checkmaps", env={"CWD": str(tmp_path)})
+    assert folder.returncode == 0, folder.stdout
+
+
 def test_cli_checks_one_files_ids_against_the_store(tmp_path: Path) -> None:
     env = {"RELAYROOM_DATABASE_URL": f"sqlite:///{tmp_path / 'relayroom.db'}", "CWD": str(tmp_path)}
     assert run_cli("project", "create", "acme", env=env).returncode == 0
