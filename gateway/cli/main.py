@@ -70,7 +70,10 @@ def cmd_serve(args: argparse.Namespace, sock: socket.socket | None = None) -> in
     import uvicorn
 
     from gateway.cli.listen import ListenError, listen, raise_descriptor_limit
+    from gateway.core.allocator import cap_arenas
     from gateway.core.connections import ACCEPT_BATCH
+
+    cap_arenas()  # before the store check's threads make arenas of their own
 
     # Flags override the environment; workers read the environment.
     for flag, env in (("host", "RELAYROOM_HOST"), ("port", "RELAYROOM_PORT"), ("database_url", "RELAYROOM_DATABASE_URL")):

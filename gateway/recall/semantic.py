@@ -24,6 +24,7 @@ from collections import OrderedDict, Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from gateway.core.allocator import give_back
 from gateway.recall.model import ModelFiles, ModelUnavailable, resolve
 from gateway.recall.query import words
 from gateway.store.base import Driver
@@ -302,6 +303,7 @@ class SemanticStage:
             await asyncio.to_thread(self._fill_matrix, loaded, at, rows)  # milliseconds a page: off the loop
             at, after = at + len(rows), int(rows[-1]["id"])
         loaded.trim(at)
+        give_back()  # the pages of rows just read, freed at once
         return loaded
 
     def _keep(self, project_id: int, loaded: ProjectVectors) -> None:

@@ -28,8 +28,10 @@ ROUTE_MODULES = (health, attest, checkmap_api, api, owner_api, pages, dashboard,
 
 def app_from_env() -> Starlette:
     """The uvicorn factory used by `relayroom serve` (every worker builds its own)."""
+    from gateway.core.allocator import cap_arenas
     from gateway.core.logs import configure_logging
 
+    cap_arenas()  # each worker process sets its own
     config = Config.from_env()
     configure_logging(config.log_level, config.log_format)
     app = build_app(Hub(config))
