@@ -41,6 +41,7 @@ from gateway.ci.checkmaps.validate import validate_text
 from gateway.ci.oidc.verifier import TokenVerifier
 from gateway.core.clock import Clock, to_rfc3339
 from gateway.core.errors import Conflict, Invalid
+from gateway.core.jsonio import API_BODY_LIMIT
 from gateway.core.visible import describe, first_invisible
 from gateway.knowledge.model import Principal
 from gateway.knowledge.permissions import require
@@ -82,10 +83,6 @@ def read_publication(body: Mapping[str, Any]) -> Publication:
     return Publication(project, path, content)
 
 
-# A publication is an API body, not a webhook's (1 MiB): the web door refuses a larger one before reading it.
-BODY_LIMIT = 64 * 1024
-
-
 def invalid(path: str, problems: list[Problem]) -> Invalid:
     first = problems[0]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -100,14 +97,15 @@ def read_map(text: bytes | str, path: str) -> tuple[CheckMap | None, list[Proble
     characters a person can see."""
     checkmap, problems = validate_text(text, path)
     content = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
-    unpublishable = [Problem(path, number, f"{describe(*found)} cannot be seen for what it is; the owner reviews this text, "
-                      "so it holds only what a person can see") for number, line in enumerate(content.split("\n"), 1)
-              if (found := first_invisible(line)) is not None]
-    # A folder file may reach 256 KiB; published, the file travels as a JSON string inside a body the web door
-    # refuses past BODY_LIMIT, so `checkmap check FILE` says so before the repository's CI finds out.
-    if (size := len(json.dumps(content, ensure_ascii=False).encode())) > BODY_LIMIT:
-        unpublishable.append(Problem(path, 1, f"as a JSON string this file is {size:,} bytes; a publication's body is at "
-                              f"most {BODY_LIMIT:,} bytes (64 KiB), so the gateway would answer 413 body_too_large"))
+    unpublishable = [Problem(path, number, f"{describe(*found)} cannot be seen for what it is; the owner reviews "
+                             "this text, so it holds only what a person can see")
+                     for number, line in enumerate(content.split("\n"), 1) if (found := first_invisible(line)) is not None]
+    # A folder file may reach 256 KiB; published, it travels as a JSON string inside an API body, refused past
+    # API_BODY_LIMIT before it is read: `checkmap check FILE` says so before the repository's CI finds out.
+    if (size := len(json.dumps(content, ensure_ascii=False).encode())) > API_BODY_LIMIT:
+        unpublishable.append(Problem(path, 1, f"as a JSON string this file is {size:,} bytes; a publication's body is "
+                                     f"at most {API_BODY_LIMIT:,} bytes (64 KiB), so the gateway would answer 413 "
+                                     "body_too_large"))
     if unpublishable:
         return None, sorted(unpublishable + problems, key=lambda p: p.line)
     return checkmap, problems

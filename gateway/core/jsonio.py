@@ -18,6 +18,9 @@ from typing import Any
 
 import orjson
 
+# A JSON body of the API, MCP included (a check map's publication too; webhooks have their own): larger is 413.
+API_BODY_LIMIT = 64 * 1024
+
 
 def loads(raw: bytes | str) -> Any:
     return orjson.loads(raw)

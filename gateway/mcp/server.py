@@ -38,7 +38,7 @@ from gateway import __version__
 from gateway.accounts.tokens import placeholder_message
 from gateway.mcp.auth import ProjectTokenVerifier
 from gateway.mcp.errors import prompt_error, tool_error_result, unknown_arguments, unknown_resource
-from gateway.web.inputs import API_BODY_LIMIT
+from gateway.core.jsonio import API_BODY_LIMIT
 
 if TYPE_CHECKING:
     from gateway.hub import Hub

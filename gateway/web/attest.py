@@ -17,7 +17,8 @@ from starlette.routing import Route
 
 from gateway.ci.intake import AttestationIntake, read_statement
 from gateway.core.errors import UnsupportedMedia
-from gateway.web.inputs import API_BODY_LIMIT, WEBHOOK_BODY_LIMIT, bearer, hub_of, json_body, raw_body
+from gateway.core.jsonio import API_BODY_LIMIT
+from gateway.web.inputs import WEBHOOK_BODY_LIMIT, bearer, hub_of, json_body, raw_body
 from gateway.web.responses import JSONResponse
 
 

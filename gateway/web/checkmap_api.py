@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from gateway.ci.publish import BODY_LIMIT, read_publication
+from gateway.ci.publish import read_publication
 from gateway.knowledge.inputs import validate_text
 from gateway.knowledge.inputs import MAX_EVIDENCE as MAX_REASON
 from gateway.web.inputs import bearer, hub_of, json_body, principal_for
@@ -23,7 +23,7 @@ from gateway.web.responses import JSONResponse
 
 async def publish(request: Request) -> Response:
     token = bearer(request)
-    body = await json_body(request, required=("project", "path", "content"), limit=BODY_LIMIT)
+    body = await json_body(request, required=("project", "path", "content"))
     status, answer = await hub_of(request).publications.publish(token, read_publication(body))
     return JSONResponse(answer, status_code=status)
 

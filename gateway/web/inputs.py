@@ -10,10 +10,10 @@ from typing import Any, Iterable
 from starlette.requests import Request
 
 from gateway.core import jsonio
+from gateway.core.jsonio import API_BODY_LIMIT
 from gateway.core.errors import BadRequest, Invalid, NotFound, PayloadTooLarge, Unauthorized, UnsupportedMedia
 from gateway.knowledge.model import Principal
 
-API_BODY_LIMIT = 64 * 1024
 WEBHOOK_BODY_LIMIT = 1024 * 1024
 
 
