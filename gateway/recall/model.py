@@ -153,8 +153,10 @@ def _stamped(path: Path) -> str | None:
 
 
 def _run(module: str, source: Path, target: Path) -> None:
+    # -P: the working directory (often a project's checkout) is not put on
+    # the path, where a folder named like a module would be imported.
     done = subprocess.run(
-        [sys.executable, "-m", module, str(source), str(target)],
+        [sys.executable, "-P", "-m", module, str(source), str(target)],
         capture_output=True, text=True, timeout=STEP_TIMEOUT,
     )
     if done.returncode != 0 or not target.exists():

@@ -130,3 +130,17 @@ def test_a_file_that_cannot_be_converted_says_why_in_one_line(tmp_path: Path, mo
         model.quantised(source, model.file_sha256(source), convert=model.E5_CONVERT)
     assert "\n" not in str(why.value) and "is not an E5S1 file" in str(why.value)
     assert list(model.cache_dir().iterdir()) == []  # nothing half made is kept
+
+
+def test_the_steps_never_import_from_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`relayroom serve` often runs in a project's checkout: a module there
+    named like one the steps import is not run."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "numpy.py").write_text("raise SystemExit('the checkout ran code')\n")
+    monkeypatch.chdir(checkout)
+    source = tmp_path / "e5.bin"
+    source.write_bytes(b"not an E5S1 file")
+    with pytest.raises(model.ModelUnavailable, match="is not an E5S1 file"):
+        model.quantised(source, model.file_sha256(source), convert=model.E5_CONVERT)
