@@ -27,6 +27,7 @@ alone.  Nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -36,6 +37,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 log = logging.getLogger("relayroom.recall")
 
@@ -152,6 +154,27 @@ def _stamped(path: Path) -> str | None:
     return expected if file_sha256(path) == expected else None
 
 
+def _all_stamped(kept: list[Path]) -> str | None:
+    """The first kept file's sha256 when every one still has its stamp's digest."""
+    digests = [_stamped(path) for path in kept]
+    return None if None in digests else digests[0]
+
+
+@contextlib.contextmanager
+def _one_maker(lock: Path) -> Iterator[None]:
+    """Held while a copy is made: processes starting at once (uvicorn's
+    workers) wait for it instead of making it again, each step holding
+    most of a GB."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock; at worst the copy is made twice, to the same bytes
+        yield
+        return
+    with lock.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
 def _run(module: str, source: Path, target: Path) -> None:
     # -P: the working directory (often a project's checkout) is not put on
     # the path, where a folder named like a module would be imported.
@@ -178,22 +201,27 @@ def quantised(source: Path, source_sha256: str, convert: str | None = None) -> t
     target = cache_dir() / f"{source_sha256[:32]}-{steps}.onnx"
     kept = [target] if convert is None else [target, tokenizer_beside(target)]
     try:
-        stamped = [_stamped(path) for path in kept]
-        if stamped[0] is not None and None not in stamped:
-            return target, stamped[0]
+        digest = _all_stamped(kept)
+        if digest is not None:
+            return target, digest
         target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as work:
-            folder = Path(work)
-            if convert is not None:
-                _run(convert, source, folder)
-                source = folder / "model.onnx"
-            _run("gateway.recall.quantise", source, folder / "int8.onnx")
-            made = [folder / "int8.onnx", folder / "tokenizer.json"][:len(kept)]
-            digests = [file_sha256(path) for path in made]
-            for path, place in zip(made, kept):
-                os.replace(path, place)
-        for place, digest in zip(kept, digests):
-            place.with_suffix(".sha256").write_text(f"{digest}\n")
-        return target, digests[0]
+        with _one_maker(target.with_suffix(".lock")):
+            digest = _all_stamped(kept)  # made by another process meanwhile
+            if digest is not None:
+                return target, digest
+            log.info("recall: making the int8 copy of %s, once (kept as %s)", source, target)
+            with tempfile.TemporaryDirectory(dir=target.parent) as work:
+                folder = Path(work)
+                if convert is not None:
+                    _run(convert, source, folder)
+                    source = folder / "model.onnx"
+                _run("gateway.recall.quantise", source, folder / "int8.onnx")
+                made = [folder / "int8.onnx", folder / "tokenizer.json"][:len(kept)]
+                digests = [file_sha256(path) for path in made]
+                for path, place in zip(made, kept):
+                    os.replace(path, place)
+            for place, made_digest in zip(kept, digests):
+                place.with_suffix(".sha256").write_text(f"{made_digest}\n")
+            return target, digests[0]
     except (OSError, subprocess.SubprocessError) as why:
         raise ModelUnavailable(f"could not make the int8 copy: {why}") from None

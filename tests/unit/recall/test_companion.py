@@ -6,7 +6,9 @@ files checked at every load."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -129,7 +131,7 @@ def test_a_file_that_cannot_be_converted_says_why_in_one_line(tmp_path: Path, mo
     with pytest.raises(model.ModelUnavailable) as why:
         model.quantised(source, model.file_sha256(source), convert=model.E5_CONVERT)
     assert "\n" not in str(why.value) and "is not an E5S1 file" in str(why.value)
-    assert list(model.cache_dir().iterdir()) == []  # nothing half made is kept
+    assert [path.suffix for path in model.cache_dir().iterdir()] == [".lock"]  # nothing half made is kept
 
 
 def test_the_steps_never_import_from_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,3 +146,24 @@ def test_the_steps_never_import_from_the_working_directory(tmp_path: Path, monke
     source.write_bytes(b"not an E5S1 file")
     with pytest.raises(model.ModelUnavailable, match="is not an E5S1 file"):
         model.quantised(source, model.file_sha256(source), convert=model.E5_CONVERT)
+
+
+def test_processes_starting_at_once_make_the_copy_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """uvicorn's workers start together: the first makes the copy (most of
+    a GB a step), the others wait and read it.  MiniLM's copy, the faster
+    to make; e5's takes the same path."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    spec = importlib.util.find_spec(model.PACKAGE)
+    assert spec is not None and spec.origin is not None
+    source = Path(spec.origin).with_name("model.onnx")
+    results: list[tuple[Path, str]] = []
+    caplog.set_level(logging.INFO, logger="relayroom.recall")
+    starts = [threading.Thread(target=lambda: results.append(model.quantised(source, model.MODEL_SHA256))) for _ in range(2)]
+    for start in starts:
+        start.start()
+    for start in starts:
+        start.join()
+    assert len(results) == 2 and results[0] == results[1]
+    assert sum("making the int8 copy" in record.getMessage() for record in caplog.records) == 1
