@@ -50,8 +50,9 @@ E5_FILE = "e5-small-enpt-q4.bin"
 E5_SHA256 = "d06eb0b0ae4e8a46813ece6d2dd9a9f3880ea3a44c8968d72d0a6fd670ec5234"
 E5_CONVERT = "gateway.recall.e5s1"
 STEP_TIMEOUT = 300.0  # each subprocess: the conversion, then the quantisation
-# Names the copy's recipe (gateway/recall/quantise.py) in its file name: a
-# copy made by another recipe is never reused.
+# Names the copy's recipe (gateway/recall/quantise.py, after the conversion
+# module if any) in its file name: a copy made by another recipe is never
+# reused.  Changing what a step writes means a new name.
 RECIPE = "int8-ends-attention-fp32"
 
 
@@ -195,8 +196,6 @@ def quantised(source: Path, source_sha256: str, convert: str | None = None) -> t
     FOLDER/model.onnx and FOLDER/tokenizer.json; that tokenizer is kept
     too, at `tokenizer_beside(copy)`.  Raises ModelUnavailable when the copy
     cannot be made."""
-    # The file name holds the recipe (and the conversion): a copy made by
-    # another recipe is never reused.
     steps = RECIPE if convert is None else f"{convert.rsplit('.', 1)[-1]}-{RECIPE}"
     target = cache_dir() / f"{source_sha256[:32]}-{steps}.onnx"
     kept = [target] if convert is None else [target, tokenizer_beside(target)]
