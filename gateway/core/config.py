@@ -97,8 +97,9 @@ SETTINGS: tuple[Setting, ...] = (
             "json (one JSON object per line), text (a short line for a person), or auto: text when stderr is a "
             "terminal, JSON lines when it is not", _log_format),
     Setting("semantic_model", "RELAYROOM_SEMANTIC_MODEL", None,
-            "the sentence-embedding model recall fuses with its lexical ranking: unset for the model the package "
-            "installs with, off for lexical recall alone, or a folder holding model.onnx and tokenizer.json"),
+            "the sentence-embedding models recall fuses with its lexical ranking: unset for the two the package "
+            "installs with (all-MiniLM-L6-v2, multilingual-e5-small), off for lexical recall alone, or a folder "
+            "holding model.onnx and tokenizer.json (that model alone)"),
     Setting("semantic_model_sha256", "RELAYROOM_SEMANTIC_MODEL_SHA256", None,
             "with a model folder: the sha256 its model.onnx must have; a file that differs is not run and recall "
             "stays lexical"),
