@@ -51,6 +51,8 @@ class ModelFiles:
     tokenizer: Path
     sha256: str  # of `model`
     label: str  # what /readyz names
+    query_prefix: str = ""  # put before a question's text (e5: "query: ")
+    passage_prefix: str = ""  # put before an entry's text (e5: "passage: ")
 
 
 def file_sha256(path: Path) -> str:
