@@ -110,7 +110,7 @@ class Observed:
     query: Query
     lexical: list[tuple[int, float]]  # the lexical candidates fusion saw (seq, score)
     first_text: str | None
-    cosines: Any  # every entry's cosine per model (rows, models), in the matrix's row order
+    cosines: Any  # every entry's cosine per model (models, rows), in the matrix's row order
     answer: list[str]  # what Recall.recall returned (eval ids)
     scores: list[float]  # their scores
 

@@ -18,18 +18,16 @@ from typing import Any, Sequence
 
 
 def per_model(vectors: Any, query: Any, widths: Sequence[int]) -> Any:
-    """Each model's cosines, (rows, models): one matrix product, each model's
-    half of the question against the same half of every row."""
+    """Each model's cosines, (models, rows): each model's part of the
+    question against the same part of every row (a product per model reads
+    only its columns; one product over the whole row against a block
+    matrix read twice the floats)."""
     import numpy
 
     if len(widths) == 1:
-        return (vectors @ query)[:, None]
-    blocks = numpy.zeros((len(query), len(widths)), numpy.float32)
-    at = 0
-    for column, width in enumerate(widths):
-        blocks[at:at + width, column] = query[at:at + width]
-        at += width
-    return vectors @ blocks
+        return (vectors @ query)[None, :]
+    bounds = numpy.cumsum((0, *widths))
+    return numpy.stack([vectors[:, a:b] @ query[a:b] for a, b in zip(bounds[:-1], bounds[1:])])
 
 
 def combined(cosines: Any, allowed: Any = None) -> tuple[Any, Any]:
@@ -38,15 +36,14 @@ def combined(cosines: Any, allowed: Any = None) -> tuple[Any, Any]:
     (a boolean mask; None: every row)."""
     import numpy
 
-    first = cosines[:, 0]
-    if cosines.shape[1] == 1:
+    first = cosines[0]
+    if len(cosines) == 1:
         return first, first
-    seen = cosines if allowed is None else cosines[allowed]
-    if not len(seen):
-        return numpy.zeros(len(cosines), numpy.float32), first
-    median = numpy.median(seen, axis=0)
-    best = seen.max(axis=0)
-    span = best - median
+    seen = cosines if allowed is None else cosines[:, allowed]
+    if not seen.shape[1]:
+        return numpy.zeros(len(first), numpy.float32), first
+    median = numpy.median(seen, axis=1, keepdims=True)
+    span = seen.max(axis=1, keepdims=True) - median
     # Every row alike for a model (one row, or equal cosines): it tells none apart.
-    scaled = numpy.where(span > 0, (cosines - median) / numpy.where(span > 0, span, 1.0), 1.0)
-    return numpy.clip(scaled, 0.0, None).mean(axis=1).astype(numpy.float32), first
+    scaled = numpy.where(span > 0, numpy.maximum(cosines - median, 0.0) / numpy.where(span > 0, span, 1.0), 1.0)
+    return scaled.mean(axis=0).astype(numpy.float32), first
