@@ -465,7 +465,7 @@ def load(
             named.append(f"{second.label}, sha256 {second.sha256[:12]}...")
     except ModelUnavailable as why:
         alone = f"; second model not used: {why}"
-        log.warning("recall: the second model is not used, %s ranks alone: %s", files.label, why)
+        log.warning("recall: the second model is not used (%s); the first ranks alone", why)
     models = Models(encoders)
     detail = f"fused lexical + semantic ({' + '.join(named)}){alone}"
     return SemanticStage(models, driver), SemanticStatus("fused", detail, models.model_id)
