@@ -427,14 +427,14 @@ class SemanticStatus:
     model: str | None = None
 
 
-_ENCODERS: dict[tuple[str, str], Encoder] = {}
+_ENCODERS: dict[tuple[str, str, str, str], Encoder] = {}
 _ENCODERS_LOCK = threading.Lock()
 
 
 def _encoder(files: ModelFiles) -> Encoder:
     """The model of `files`, loaded once per process (every hub of it shares the session)."""
     with _ENCODERS_LOCK:
-        key = (str(files.model), files.sha256)
+        key = (str(files.model), files.sha256, files.query_prefix, files.passage_prefix)
         return _ENCODERS.get(key) or _ENCODERS.setdefault(key, Encoder(files))
 
 
