@@ -124,7 +124,7 @@ class Server:
     _tail: list[bytes] = field(default_factory=list)
 
     def __enter__(self) -> "Server":
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_") or k == "RELAYROOM_E5_FOLDER"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELAYROOM_")}
         env.update(self.env)
         env["RELAYROOM_PORT"] = str(self.port)
         command = list(self.command or [sys.executable, "-m", "gateway", "serve"]) + ["--port", str(self.port)]

@@ -124,14 +124,3 @@ def quantised(source: Path, source_sha256: str) -> tuple[Path, str] | None:
     except (OSError, subprocess.SubprocessError, ModelUnavailable) as why:
         log.warning("recall: running the installed model as it is (its int8 copy could not be made: %s)", why)
         return None
-
-
-def companion(setting: str | None) -> ModelFiles | None:
-    """Stand-in until e5's files ship with the package: the folder that
-    `RELAYROOM_E5_FOLDER` names, for the default install only."""
-    folder = os.environ.get("RELAYROOM_E5_FOLDER")
-    if setting or not folder:
-        return None
-    model, tokenizer = Path(folder) / "model.onnx", Path(folder) / "tokenizer.json"
-    _checked(tokenizer, None)
-    return ModelFiles(model, tokenizer, _checked(model, None), f"multilingual-e5-small ({folder})", "query: ", "passage: ")
