@@ -208,8 +208,9 @@ async def load_entries(database_url: str, count: int, seed: int = 7) -> float:
                 )
                 await q.index.add_many(project.id, [(first + i, kind, None, text, None) for i, (text, kind) in enumerate(rows)])
                 if model is not None:
-                    made = vectors.standard_normal((len(rows), 384)).astype(numpy.float32)
-                    made /= numpy.linalg.norm(made, axis=1, keepdims=True)
+                    # One unit vector per model in force (a model id names each, joined by "+").
+                    made = vectors.standard_normal((len(rows), len(model.split("+")), 384)).astype(numpy.float32)
+                    made = (made / numpy.linalg.norm(made, axis=2, keepdims=True)).reshape(len(rows), -1)
                     await q.tx.run_many(
                         "INSERT INTO entry_vectors (seq, project_id, model, vector) VALUES (?, ?, ?, ?)",
                         [(first + i, project.id, model, made[i].tobytes()) for i in range(len(rows))],

@@ -52,6 +52,7 @@ from gateway.core.config import Config  # noqa: E402
 from gateway.hub import Hub  # noqa: E402
 from gateway.knowledge.model import Principal  # noqa: E402
 from gateway.recall import fusion, stages  # noqa: E402
+from gateway.recall.ensemble import per_model  # noqa: E402
 from gateway.recall.semantic import nearest  # noqa: E402
 
 EVAL_DIR = Path(__file__).resolve().parent / "recall_eval"
@@ -109,7 +110,7 @@ class Observed:
     query: Query
     lexical: list[tuple[int, float]]  # the lexical candidates fusion saw (seq, score)
     first_text: str | None
-    cosines: Any  # every entry's cosine, in the matrix's row order
+    cosines: Any  # every entry's cosine per model (models, rows), in the matrix's row order
     answer: list[str]  # what Recall.recall returned (eval ids)
     scores: list[float]  # their scores
 
@@ -154,7 +155,8 @@ class Fixture:
             if stage is not None:
                 vectors = await stage.project_vectors(q, pid)
                 held = vectors is not None and vectors.matrix is not None
-                cosines = vectors.matrix @ await stage.embed_query(query.text) if held else None
+                if held:
+                    cosines = per_model(vectors.matrix, await stage.embed_query(query.text), vectors.widths)
             return hits, text, cosines
 
         hits, text, cosines = await self.hub.driver.read(stages_said)
@@ -189,7 +191,7 @@ async def observe(pooled: bool, queries: list[Query], entries: dict[str, list[di
 def replay(o: Observed, vectors: Any, rule: fusion.FusionRule) -> tuple[list[str], float]:
     """Recall's fused ranking of one question under `rule`, from what was observed."""
     matrix, names = vectors[o.query.project]
-    cosine, top, similarity = nearest(matrix, None, None, stages.CANDIDATES, similarity=o.cosines)
+    cosine, top, similarity = nearest(matrix, None, None, stages.CANDIDATES, per_model=o.cosines)
     for seq, _ in o.lexical:
         if seq not in cosine and seq in matrix.row:
             cosine[seq] = float(similarity[matrix.row[seq]])
@@ -241,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="ask through `relayroom serve` over HTTP, as an agent does (bench/recall_eval_outside.py)")
     parser.add_argument("--sweep", action="store_true", help="rank the dev split under a grid of fusion rules")
     parser.add_argument("--only", choices=["per-project", "pooled"])
+    parser.add_argument("--split", choices=["dev", "test"], help="ask only this split's questions (tune on dev without reading test)")
     parser.add_argument(
         "--dump", choices=["dev", "test", "all"],
         help="each question of a split: its project, the answers wanted, the rank of the first, the first three returned",
@@ -249,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.outside and args.sweep:
         parser.error("--sweep replays the stages in process; it cannot run --outside")
     entries, queries = load()
+    queries = [q for q in queries if args.split in (None, q.split)]
     report: dict[str, Any] = {"store": "postgres" if os.environ.get("RELAYROOM_DATABASE_URL", "").startswith("postgres") else "sqlite"}
     settings = [s for s in ("per-project", "pooled") if not args.only or args.only == s]
     answered: dict[str, list[tuple[Query, list[str], list[float]]]] = {}

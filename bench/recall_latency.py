@@ -140,8 +140,9 @@ async def add_trusted(hub: Hub, project_id: int, count: int, text: Text, now: fl
             if vectors == "pending":
                 await q.tx.run_many("INSERT INTO entry_vectors (seq, project_id) VALUES (?, ?)", [(r["seq"], project_id) for r in written])
             elif vectors is not None:
-                made = rng.standard_normal((len(written), 384)).astype(numpy.float32)
-                made /= numpy.linalg.norm(made, axis=1, keepdims=True)
+                # One unit vector per model in force (a model id names each, joined by "+").
+                made = rng.standard_normal((len(written), len(vectors.split("+")), 384)).astype(numpy.float32)
+                made = (made / numpy.linalg.norm(made, axis=2, keepdims=True)).reshape(len(written), -1)
                 await q.tx.run_many(
                     "INSERT INTO entry_vectors (seq, project_id, model, vector) VALUES (?, ?, ?, ?)",
                     [(r["seq"], project_id, vectors, made[i].tobytes()) for i, r in enumerate(written)],

@@ -1,9 +1,10 @@
 """Recall's semantic stage: a sentence-embedding model run by onnxruntime.
 
 Which model is decided once, by the hub (`load`, from
-`RELAYROOM_SEMANTIC_MODEL`: by default the model the package installs with,
-`gateway.recall.model`); when it cannot run, the hub logs one line saying why
-and recall stays lexical.  Nothing is ever downloaded.
+`RELAYROOM_SEMANTIC_MODEL`: by default the model the package installs with
+and its companion, read together, `gateway.recall.ensemble`); when it cannot
+run, the hub logs one line saying why and recall stays lexical (when only the
+companion cannot, the first model ranks alone).  Nothing is ever downloaded.
 
 Everything that runs the model runs on a worker thread, never on the event
 loop: one query per recall, and each trusted entry once, by the fill job
@@ -25,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from gateway.core.allocator import give_back
-from gateway.recall.model import ModelFiles, ModelUnavailable, resolve
+from gateway.recall import ensemble
+from gateway.recall.model import ModelFiles, ModelUnavailable, companion, resolve
 from gateway.recall.query import words
 from gateway.store.base import Driver
 from gateway.store.queries import Queries
@@ -37,11 +39,12 @@ FILL_BATCH = 256  # placeholders read per round of the fill job
 FILL_INTERVAL = 0.5  # seconds between looks for new placeholders (an indexed range)
 QUERY_CACHE = 512
 # Matrices kept per process, least recently asked project dropped first:
-# 200k rows of 384 float32 are about 300 MB.
+# 200k rows of 384 float32 are about 300 MB (with two models, 100k entries).
 MAX_CACHED_ROWS = 200_000
-# A project past this many vectors is held by their signs only (48 bytes an
-# entry instead of 1.5 KB): its nearest are picked by those, then ranked by
-# the cosines of the candidates' own vectors, read from the store.
+# A project past this many vectors of one model (50k entries with one model,
+# 25k with two) is held by their signs only (48 bytes a model and entry
+# instead of 1.5 KB): its nearest are picked by those, then ranked by the
+# cosines of the candidates' own vectors, read from the store.
 DENSE_ROWS = 50_000
 SHORTLIST = 8  # candidates read per nearest entry wanted, for a project held by signs
 PAGE = 5000  # vector rows read at once when a matrix is loaded
@@ -67,6 +70,7 @@ class Encoder:
 
         self.sha256 = files.sha256
         self.model_id = f"onnx:{files.sha256[:16]}"
+        self.query_prefix, self.passage_prefix = files.query_prefix, files.passage_prefix
         self._numpy = numpy
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
@@ -111,6 +115,29 @@ class Encoder:
         return (out / np.clip(norms, 1e-12, None)).astype(np.float32)
 
 
+class Models:
+    """The models recall runs, one or two, as one encoder: each text is
+    embedded by each model (with the model's prefix for a question or an
+    entry), one after the other, and the unit vectors are put side by side.
+    One model's vectors and model id are exactly that model's."""
+
+    def __init__(self, encoders: Sequence[Encoder]) -> None:
+        self.encoders = list(encoders)
+        self.widths = tuple(e.dimension for e in self.encoders)
+        self.dimension = sum(self.widths)
+        self.model_id = "+".join(e.model_id for e in self.encoders)
+
+    def query(self, text: str) -> Any:
+        import numpy
+
+        return numpy.concatenate([e.encode([e.query_prefix + text])[0] for e in self.encoders])
+
+    def passages(self, texts: Sequence[str]) -> Any:
+        import numpy
+
+        return numpy.hstack([e.encode_many([e.passage_prefix + t for t in texts]) for e in self.encoders])
+
+
 @dataclass
 class ProjectVectors:
     """One project's trusted vectors as a matrix, with what fusion reads of
@@ -123,6 +150,7 @@ class ProjectVectors:
     df: Counter[str] = field(default_factory=Counter)
     row: dict[int, int] = field(default_factory=dict)  # seq -> row of the matrix
     signs: Any = None  # (n, dimension / 64) uint64: each vector's signs, for a big project
+    widths: tuple[int, ...] = (384,)  # each model's part of a row (gateway.recall.ensemble)
 
     def trim(self, size: int) -> None:
         """Keep the first `size` rows (the ones read), and index them by seq."""
@@ -157,31 +185,49 @@ def shortlist(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: i
     return [int(vectors.seqs[i]) for i in numpy.argpartition(-agree, k - 1)[:k] if agree[i] > -(1 << 20)]
 
 
-def cosines(query_vector: Any, rows: list[dict[str, Any]], among: set[int], k: int, also: set[int]) -> tuple[dict[int, float], list[float]]:
-    """The cosines (by seq) of the `k` nearest rows of `among` and of the
-    rows of `also`, and the best two of `among`'s."""
+def cosines(
+    query_vector: Any, rows: list[dict[str, Any]], among: set[int], k: int, also: set[int], widths: Sequence[int]
+) -> tuple[dict[int, float], list[float]]:
+    """The similarities (by seq) of the `k` nearest rows of `among` and of
+    the rows of `also`, and the best two of `among`'s first-model cosines;
+    with two models, scaled over the rows read (`ensemble.combined`)."""
     import numpy
 
-    found = {int(r["seq"]): float(numpy.frombuffer(r["vector"], dtype=numpy.float32) @ query_vector) for r in rows}
+    if not rows:
+        return {}, []
+    seqs = [int(r["seq"]) for r in rows]
+    matrix = numpy.stack([numpy.frombuffer(r["vector"], dtype=numpy.float32) for r in rows])
+    similarity, first = ensemble.combined(ensemble.per_model(matrix, query_vector, widths))
+    found = {seq: float(similarity[i]) for i, seq in enumerate(seqs)}
+    raw = {seq: float(first[i]) for i, seq in enumerate(seqs)}
     best = sorted((seq for seq in found if seq in among), key=lambda seq: -found[seq])
     keep = set(best[:k]) | also
-    return {seq: c for seq, c in found.items() if seq in keep}, [found[seq] for seq in best[:2]]
+    top = sorted((raw[seq] for seq in found if seq in among), reverse=True)[:2]
+    return {seq: c for seq, c in found.items() if seq in keep}, top
 
 
-def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int, similarity: Any = None) -> Nearest:
-    """The k nearest rows' cosines (by seq), the top cosines best first, and
-    every row's cosine (`similarity`, when already computed)."""
+def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int, per_model: Any = None) -> Nearest:
+    """The k nearest rows' similarities (by seq), the first model's top two
+    cosines best first, and every row's similarity; `per_model`: each
+    model's cosines of every row (`ensemble.per_model`), when already computed."""
     import numpy
 
-    if similarity is None:
-        similarity = vectors.matrix @ query_vector
-    if kind is not None:
-        similarity = numpy.where(numpy.array([c == kind for c in vectors.kinds]), similarity, -1.0)
+    if per_model is None:
+        per_model = ensemble.per_model(vectors.matrix, query_vector, vectors.widths)
+    allowed = None if kind is None else numpy.array([c == kind for c in vectors.kinds], dtype=bool)
+    similarity, first = ensemble.combined(per_model, allowed)
+    if allowed is not None:
+        similarity = numpy.where(allowed, similarity, -1.0)
+        first = numpy.where(allowed, first, -1.0)
     k = min(k, len(similarity))
     top = numpy.argpartition(-similarity, k - 1)[:k]
     top = top[numpy.argsort(-similarity[top])]
     cosine = {int(vectors.seqs[i]): float(similarity[i]) for i in top if similarity[i] > -1.0}
-    return cosine, [float(similarity[i]) for i in top[:2]], similarity
+    if first is not similarity:
+        two = min(2, len(first))
+        top = numpy.argpartition(-first, two - 1)[:two]
+        top = top[numpy.argsort(-first[top])]
+    return cosine, [float(first[i]) for i in top[:2]], similarity
 
 
 @dataclass(frozen=True)
@@ -197,7 +243,7 @@ class QueryVector:
 class SemanticStage:
     """The loaded model, the per-process caches and the fill job."""
 
-    def __init__(self, encoder: Encoder, driver: Driver) -> None:
+    def __init__(self, encoder: Models, driver: Driver) -> None:
         self.encoder = encoder
         self.model_id = encoder.model_id
         self._projects: OrderedDict[int, ProjectVectors] = OrderedDict()
@@ -214,7 +260,7 @@ class SemanticStage:
             if hit is not None:
                 self._queries.move_to_end(text)
                 return hit
-        vector = self.encoder.encode([text])[0]
+        vector = self.encoder.query(text)
         with self._lock:
             self._queries[text] = vector
             while len(self._queries) > QUERY_CACHE:
@@ -289,10 +335,12 @@ class SemanticStage:
         count = await read(lambda x: x.count_vectors(project_id, self.model_id))
         if not count:
             return None
-        np = self.encoder._numpy
-        dense = count <= DENSE_ROWS
+        import numpy as np
+
+        widths = self.encoder.widths
+        dense = count * len(widths) <= DENSE_ROWS
         loaded = ProjectVectors(generation, np.empty(count, np.int64), [],
-                                np.empty((count, self.encoder.dimension), np.float32) if dense else None)
+                                np.empty((count, self.encoder.dimension), np.float32) if dense else None, widths=widths)
         if not dense:
             loaded.signs = np.empty((count, self.encoder.dimension // 64), np.uint64)
         after, at = 0, 0
@@ -309,11 +357,12 @@ class SemanticStage:
     def _keep(self, project_id: int, loaded: ProjectVectors) -> None:
         self._projects[project_id] = loaded
         self._projects.move_to_end(project_id)
-        while len(self._projects) > 1 and sum(p.size for p in self._projects.values()) > MAX_CACHED_ROWS:
+        while len(self._projects) > 1 and sum(p.size * len(p.widths) for p in self._projects.values()) > MAX_CACHED_ROWS:
             self._projects.popitem(last=False)  # the least recently asked project
 
     def _fill_matrix(self, loaded: ProjectVectors, at: int, rows: list[dict[str, Any]]) -> None:
-        np = self.encoder._numpy
+        import numpy as np
+
         for i, r in enumerate(rows, at):
             vector = np.frombuffer(r["vector"], dtype=np.float32)
             if loaded.matrix is not None:
@@ -347,7 +396,7 @@ class SemanticStage:
         if not rows:
             return 0
         texts = [entry_text(r["kind"], r["statement"], r["evidence"]) for r in rows]
-        matrix = await asyncio.to_thread(self.encoder.encode_many, texts)
+        matrix = await asyncio.to_thread(self.encoder.passages, texts)
         filled = [(int(r["id"]), int(r["seq"]), int(r["project_id"]), matrix[i].tobytes()) for i, r in enumerate(rows)]
         await driver.write(lambda q: q.fill_vectors(self.model_id, filled))
         return len(rows)
@@ -378,15 +427,25 @@ class SemanticStatus:
     model: str | None = None
 
 
-_ENCODERS: dict[tuple[str, str], Encoder] = {}
+_ENCODERS: dict[tuple[str, str, str, str], Encoder] = {}
 _ENCODERS_LOCK = threading.Lock()
+
+
+def _encoder(files: ModelFiles) -> Encoder:
+    """The model of `files`, loaded once per process (every hub of it shares the session)."""
+    with _ENCODERS_LOCK:
+        key = (str(files.model), files.sha256, files.query_prefix, files.passage_prefix)
+        return _ENCODERS.get(key) or _ENCODERS.setdefault(key, Encoder(files))
 
 
 def load(
     setting: str | None, sha256: str | None, driver: Driver
 ) -> tuple[SemanticStage | None, SemanticStatus]:
-    """The semantic stage the settings ask for, or None and the reason.  The
-    model is loaded once per process (every hub of it shares the session)."""
+    """The semantic stage the settings ask for, or None and the reason.
+
+    The default install runs two models together (the installed one and
+    its companion, `model.companion`); when the companion cannot run, the
+    first alone, and the detail says why.  A named folder runs alone."""
     # The session's own thread pool is set per session; this keeps a BLAS
     # that numpy or ORT links from starting one thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -394,10 +453,19 @@ def load(
         files = resolve(setting, sha256)
         if files is None:
             return None, SemanticStatus("lexical", "lexical recall alone (RELAYROOM_SEMANTIC_MODEL=off)")
-        with _ENCODERS_LOCK:
-            key = (str(files.model), files.sha256)
-            encoder = _ENCODERS.get(key) or _ENCODERS.setdefault(key, Encoder(files))
+        encoders = [_encoder(files)]
     except ModelUnavailable as why:
         return None, SemanticStatus("lexical", f"semantic model not used: {why}")
-    detail = f"fused lexical + semantic ({files.label}, sha256 {files.sha256[:12]}...)"
-    return SemanticStage(encoder, driver), SemanticStatus("fused", detail, encoder.model_id)
+    named = [f"{files.label}, sha256 {files.sha256[:12]}..."]
+    alone = ""
+    try:
+        second = companion(setting)
+        if second is not None:
+            encoders.append(_encoder(second))
+            named.append(f"{second.label}, sha256 {second.sha256[:12]}...")
+    except ModelUnavailable as why:
+        alone = f"; second model not used: {why}"
+        log.warning("recall: the second model is not used (%s); the first ranks alone", why)
+    models = Models(encoders)
+    detail = f"fused lexical + semantic ({' + '.join(named)}){alone}"
+    return SemanticStage(models, driver), SemanticStatus("fused", detail, models.model_id)

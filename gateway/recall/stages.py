@@ -80,11 +80,12 @@ async def fused(
         return _calibrated(text, await _live(q, hits[:limit], kind, now))
     if vectors.matrix is None:
         # Held by signs: the shortlist's and the lexical candidates' own
-        # vectors, read in this snapshot, give the cosines.
+        # vectors, read in this snapshot, give the cosines (with two models,
+        # each scaled between the median and the best of the rows read).
         among = set(await asyncio.to_thread(shortlist, vectors, query.vector, kind, CANDIDATES * SHORTLIST))
         lexical = {seq for seq, _ in hits}
         rows = await q.vectors_of(sorted(among | lexical), stage.model_id)
-        cosine, top = cosines(query.vector, rows, among, CANDIDATES, lexical)
+        cosine, top = cosines(query.vector, rows, among, CANDIDATES, lexical, vectors.widths)
     else:
         if query.on is vectors and query.nearest is not None:
             cosine, top, similarity = query.nearest

@@ -86,7 +86,8 @@ async def test_fused_recall_finds_a_paraphrase_the_words_miss(semantic_hub: Hub)
     assert len(rows) == len(ENTRIES) and all(r["vector"] is None for r in rows)
     assert await hub.recall.semantic.fill_all(hub.driver) == len(ENTRIES)
     rows = await _vector_rows(hub)
-    assert all(r["model"] == hub.recall.semantic.model_id and len(bytes(r["vector"])) == 384 * 4 for r in rows)
+    width = 384 * len(hub.recall.semantic.encoder.encoders)  # each model's unit vector, side by side
+    assert all(r["model"] == hub.recall.semantic.model_id and len(bytes(r["vector"])) == width * 4 for r in rows)
 
     # No word in common with the answer: only meaning can find it.
     _, results = await hub.recall.recall(owner, "which shared lock did we pick for queued work instead of an extra server")
@@ -157,10 +158,11 @@ async def test_an_entrys_vector_is_the_same_whatever_is_embedded_beside_it(seman
     stage = semantic_hub.recall.semantic
     assert stage is not None
     texts = [statement for _, statement in ENTRIES]
-    alone = [stage.encoder.encode([text])[0] for text in texts]
-    together = stage.encoder.encode_many(texts)
-    for i, text in enumerate(texts):
-        assert together[i].tobytes() == alone[i].tobytes(), text
+    for encoder in stage.encoder.encoders:
+        alone = [encoder.encode([text])[0] for text in texts]
+        together = encoder.encode_many(texts)
+        for i, text in enumerate(texts):
+            assert together[i].tobytes() == alone[i].tobytes(), text
 
 
 async def test_the_model_runs_off_the_event_loop(semantic_hub: Hub, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,20 +172,22 @@ async def test_the_model_runs_off_the_event_loop(semantic_hub: Hub, monkeypatch:
     assert stage is not None
     threads: list[str] = []
     durations: list[float] = []
-    encode = stage.encoder.encode
 
-    def recording(texts: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        started = time.perf_counter()
-        try:
-            # However fast this machine runs the model, each call holds its
-            # thread long enough that the loop would see it if it ran there.
-            time.sleep(0.06)
-            return encode(texts)
-        finally:
-            durations.append(time.perf_counter() - started)
+    def recording(encode: Any) -> Any:
+        def run(texts: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            started = time.perf_counter()
+            try:
+                # However fast this machine runs the model, each call holds its
+                # thread long enough that the loop would see it if it ran there.
+                time.sleep(0.06)
+                return encode(texts)
+            finally:
+                durations.append(time.perf_counter() - started)
+        return run
 
-    monkeypatch.setattr(stage.encoder, "encode", recording)  # the process's one encoder: undone after
+    for encoder in stage.encoder.encoders:  # the process's encoders: undone after
+        monkeypatch.setattr(encoder, "encode", recording(encoder.encode))
     project = await hub.accounts.project("acme")
     for i in range(48):
         entry, _ = await hub.knowledge.learn(owner, "fact", f"Service number {i} " + "logs rotate daily and compress old files " * 12)
@@ -519,7 +523,7 @@ async def test_a_big_project_held_by_signs_answers_as_the_full_matrix_does(
     monkeypatch.setattr(semantic, "DENSE_ROWS", 0)
     held = await answers()
     project = await hub.driver.read(lambda q: stage.project_vectors(q, owner.project.id))
-    assert project.matrix is None and project.signs.shape == (len(ENTRIES), 6)
+    assert project.matrix is None and project.signs.shape == (len(ENTRIES), 6 * len(project.widths))
     assert held == dense
 
 
