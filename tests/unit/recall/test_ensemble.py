@@ -29,11 +29,20 @@ from tests.conftest import make_project
 DJANGO = Path(__file__).resolve().parents[3] / "bench" / "recall_eval" / "django.yaml"
 QUESTION = "is a pure style cleanup PR welcome"
 
-pair_only = pytest.mark.skipif(model.companion(None) is None, reason="the companion model's files are not installed")
+def _companion_installed() -> bool:
+    try:
+        return model.companion(None) is not None
+    except ModelUnavailable:
+        return False
 
 
-async def _hub(database_url: str, tmp_path: Path) -> Hub:
-    config = Config.from_env({}, database_url=database_url, checkmaps=str(tmp_path), sweep_interval=0.0)
+pair_only = pytest.mark.skipif(not _companion_installed(), reason="the companion model's files are not installed")
+
+
+async def _hub(database_url: str, tmp_path: Path, pair: bool = True) -> Hub:
+    config = Config.from_env(
+        {}, database_url=database_url, checkmaps=str(tmp_path), sweep_interval=0.0, semantic_pair=pair
+    )
     hub = Hub(config, clock=ManualClock(start=time.time()))
     await hub.start(background=False)
     return hub
@@ -196,3 +205,18 @@ def test_nearest_reads_the_first_models_cosines_and_ranks_by_both() -> None:
     assert similarity[0] == similarity[2] == -1.0
     # Over the pitfalls only: medians 0.3 and 0.9, bests 0.5 and 0.95.
     assert numpy.isclose(cosine[2], 1.0) and numpy.isclose(cosine[5], 0.0) and numpy.isclose(cosine[4], 0.0)
+
+
+@pair_only
+async def test_a_plain_start_ranks_with_the_installed_model_alone(database_url: str, tmp_path: Path) -> None:
+    """The pair is asked for (RELAYROOM_SEMANTIC_PAIR): with its package
+    installed but the setting unset, one model, its own id and answers."""
+    hub = await _hub(database_url, tmp_path, pair=False)
+    try:
+        assert hub.recall.semantic is not None and "+" not in hub.recall.semantic.model_id
+        assert "e5" not in hub.recall.status.detail
+        owner, ids = await _django(hub)
+        await hub.recall.semantic.fill_all(hub.driver)
+        assert await _first(hub, owner, ids) == "dj17"  # MiniLM's own answer
+    finally:
+        await hub.stop()
