@@ -101,8 +101,8 @@ def answers(entries: dict[str, list[dict[str, Any]]], queries: list[Query], sett
         started = time.monotonic()
         tokens = provision(url, slugs)
         env = {"RELAYROOM_DATABASE_URL": url, "RELAYROOM_CHECKMAPS": str(work / "checkmaps")}
-        if os.environ.get("RELAYROOM_SEMANTIC_MODEL"):
-            env["RELAYROOM_SEMANTIC_MODEL"] = os.environ["RELAYROOM_SEMANTIC_MODEL"]
+        # The model settings the bench was run with (RELAYROOM_SEMANTIC_MODEL, _PAIR).
+        env.update({k: v for k, v in os.environ.items() if k.startswith("RELAYROOM_SEMANTIC_")})
         with Server(env, work) as server, httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=30) as client:
             names: dict[str, dict[str, str]] = {}
             for slug in slugs:

@@ -90,7 +90,7 @@ async def build(url: str, entries: int, others: int, lexical: bool = False) -> l
     from gateway.hub import Hub
 
     # The server's model setting, so that the vectors carry its model's id.
-    model_env = {k: v for k, v in os.environ.items() if k.startswith("RELAYROOM_SEMANTIC_MODEL")}
+    model_env = {k: v for k, v in os.environ.items() if k.startswith("RELAYROOM_SEMANTIC_")}
     hub = Hub(Config.from_env(model_env, database_url=url, sweep_interval=0.0, semantic_model="off" if lexical else None),
               clock=SystemClock())
     await hub.start(background=False)
@@ -195,6 +195,7 @@ def main() -> int:
         *tokens, owner = asyncio.run(build(url, args.entries, args.others, args.lexical))
         lines = recall_lines(asked, tokens)
         env = {"RELAYROOM_DATABASE_URL": url, "RELAYROOM_CHECKMAPS": str(work / "checkmaps")}
+        env.update({k: v for k, v in os.environ.items() if k.startswith("RELAYROOM_SEMANTIC_")})
         if args.lexical:
             env["RELAYROOM_SEMANTIC_MODEL"] = "off"
         sequential: list[tuple[dict[str, Any], dict[str, Any]]] = []
