@@ -69,7 +69,6 @@ class Encoder:
         import onnxruntime
         from tokenizers import Tokenizer
 
-        self.sha256 = files.sha256
         self.model_id = f"onnx:{files.sha256[:16]}"
         self.query_prefix, self.passage_prefix = files.query_prefix, files.passage_prefix
         self._numpy = numpy
@@ -218,8 +217,10 @@ def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int
     allowed = None if kind is None else numpy.array([c == kind for c in vectors.kinds], dtype=bool)
     similarity, first = ensemble.combined(per_model, allowed)
     if allowed is not None:
-        similarity = numpy.where(allowed, similarity, -1.0)
-        first = numpy.where(allowed, first, -1.0)
+        masked = numpy.where(allowed, similarity, -1.0)
+        # One model: its cosines are the similarity, masked once and ranked once.
+        first = masked if first is similarity else numpy.where(allowed, first, -1.0)
+        similarity = masked
     k = min(k, len(similarity))
     top = numpy.argpartition(-similarity, k - 1)[:k]
     top = top[numpy.argsort(-similarity[top])]
