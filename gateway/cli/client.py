@@ -31,6 +31,7 @@ from gateway.accounts.tokens import is_placeholder
 from gateway.cli.main import CommandError, print_table
 from gateway.knowledge.inputs import MAX_PAGE
 from gateway.knowledge.trust import KINDS, STATES
+from gateway.recall.fusion import PROBABLY_RELEVANT
 
 if TYPE_CHECKING:
     from gateway.cli.main import Subcommands
@@ -180,6 +181,8 @@ def cmd_recall(args: argparse.Namespace) -> int:
         if entry.get("evidence"):
             print(f"   evidence: {_one_line(entry['evidence'])}")
         print(f"   id {entry['id']}  score {score_text(entry.get('score'))}")
+    if entries and isinstance(entries[0].get("score"), (int, float)) and entries[0]["score"] < PROBABLY_RELEVANT:
+        print(f"(the first score is under {PROBABLY_RELEVANT}: probably nothing here answers this)")
     if entries:
         print(f"(if one shaped your work: relayroom used {answer['recall_id']} ENTRY_ID)")
     return 0

@@ -52,6 +52,11 @@ from gateway.recall.query import STOP_WORDS, query_words, terms, words
 _TOKEN_LIKE = re.compile(r"[A-Za-z]*[0-9_./\\-][\w./\\-]*|[a-z]+[A-Z]\w*|[A-Z]{2,}[a-z]{2,}\w*")
 
 
+# A first score below this reads "probably nothing relevant": the relevance
+# is the estimated chance that the first result answers the question.
+PROBABLY_RELEVANT = 0.5
+
+
 @dataclass(frozen=True)
 class FusionRule:
     base: float = 0.4  # the lexical weight when neither side stands out
