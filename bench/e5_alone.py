@@ -77,7 +77,7 @@ def case(o: ev.Observed, pv: Any, names: dict[int, str], raw: Any, floor: str) -
     f = floor_of(raw, floor)
     best = float(raw.max())
     sim = numpy.maximum(raw - f, 0.0) / (best - f) if best > f else numpy.zeros_like(raw)
-    cosine, _, similarity = nearest(pv, None, None, stages.CANDIDATES, per_model=sim[None, :].astype(numpy.float32))
+    cosine, _, _, similarity = nearest(pv, None, None, stages.CANDIDATES, per_model=sim[None, :].astype(numpy.float32))
     for seq, _ in o.lexical:
         if seq not in cosine and seq in pv.row:
             cosine[seq] = float(similarity[pv.row[seq]])

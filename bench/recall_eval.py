@@ -191,11 +191,11 @@ async def observe(pooled: bool, queries: list[Query], entries: dict[str, list[di
 def replay(o: Observed, vectors: Any, rule: fusion.FusionRule) -> tuple[list[str], float]:
     """Recall's fused ranking of one question under `rule`, from what was observed."""
     matrix, names = vectors[o.query.project]
-    cosine, top, similarity = nearest(matrix, None, None, stages.CANDIDATES, per_model=o.cosines)
+    cosine, top, sure, similarity = nearest(matrix, None, None, stages.CANDIDATES, per_model=o.cosines)
     for seq, _ in o.lexical:
         if seq not in cosine and seq in matrix.row:
             cosine[seq] = float(similarity[matrix.row[seq]])
-    readings = fusion.read(o.query.text, o.first_text, [s for _, s in o.lexical[:2]], top, matrix.df, rule)
+    readings = fusion.read(o.query.text, o.first_text, [s for _, s in o.lexical[:2]], top, matrix.df, rule, sure)
     ranked = fusion.fuse(o.lexical, cosine, readings, rule)[:K]
     scored = fusion.scored(ranked, fusion.relevance(readings, rule))
     return [names[seq] for seq, _ in scored], (scored[0][1] if scored else 0.0)

@@ -74,6 +74,14 @@ class FusionRule:
 
 
 DEFAULT_RULE = FusionRule()
+# The pair (`RELAYROOM_SEMANTIC_PAIR`): its confidence reads multilingual-e5-small's
+# best cosine, whose unrelated entries sit near 0.8, so its own constants
+# (fitted on the dev questions as the single model's were).
+PAIR_RULE = FusionRule(relevance_coverage=0.09, relevance_centre=0.835, relevance_width=0.016)
+
+
+def rule_for(models: int) -> FusionRule:
+    return PAIR_RULE if models > 1 else DEFAULT_RULE
 
 
 @dataclass(frozen=True)
@@ -142,9 +150,11 @@ def read(
     cosines_best_first: Sequence[float],
     df: Mapping[str, int],
     rule: FusionRule = DEFAULT_RULE,
+    sure: float | None = None,
 ) -> Readings:
     """The readings of one question; `df` is the project's document
-    frequency per word (empty when unknown: no rare match then)."""
+    frequency per word (empty when unknown: no rare match then); `sure`: the
+    best cosine the confidence reads, when not the first of `cosines_best_first`."""
     cov = coverage(terms(query, tokens=query_words(query)), top_lexical_text) if top_lexical_text else 0.0
     rare = False
     if top_lexical_text and df:
@@ -158,7 +168,7 @@ def read(
     if rare:
         weight = max(weight, rule.rare_weight)
     pasted = top_lexical_text is not None and pasted_match(query, top_lexical_text, df, rule.rare_df)
-    return Readings(cov, rare, margin, separation, top, max(0.0, min(1.0, weight)), pasted)
+    return Readings(cov, rare, margin, separation, top if sure is None else sure, max(0.0, min(1.0, weight)), pasted)
 
 
 def fuse(

@@ -167,7 +167,9 @@ class ProjectVectors:
         return len(self.kinds)
 
 
-Nearest = tuple[dict[int, float], list[float], Any]
+# The k nearest rows' similarities (by seq), the first model's top two cosines,
+# the last model's best cosine (the confidence's), every row's similarity.
+Nearest = tuple[dict[int, float], list[float], float, Any]
 
 
 def shortlist(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int) -> list[int]:
@@ -187,49 +189,53 @@ def shortlist(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: i
 
 def cosines(
     query_vector: Any, rows: list[dict[str, Any]], among: set[int], k: int, also: set[int], widths: Sequence[int]
-) -> tuple[dict[int, float], list[float]]:
+) -> tuple[dict[int, float], list[float], float]:
     """The similarities (by seq) of the `k` nearest rows of `among` and of
-    the rows of `also`, and the best two of `among`'s first-model cosines;
-    with two models, scaled over the rows read (`ensemble.combined`)."""
+    the rows of `also`, the best two of `among`'s first-model cosines and
+    the best of its last-model ones; with two models, scaled over the rows
+    read (`ensemble.combined`)."""
     import numpy
 
     if not rows:
-        return {}, []
+        return {}, [], 0.0
     seqs = [int(r["seq"]) for r in rows]
     matrix = numpy.stack([numpy.frombuffer(r["vector"], dtype=numpy.float32) for r in rows])
-    similarity, first = ensemble.combined(ensemble.per_model(matrix, query_vector, widths))
+    similarity, first, last = ensemble.combined(ensemble.per_model(matrix, query_vector, widths))
     found = {seq: float(similarity[i]) for i, seq in enumerate(seqs)}
-    raw = {seq: float(first[i]) for i, seq in enumerate(seqs)}
+    seen = [i for i, seq in enumerate(seqs) if seq in among]
     best = sorted((seq for seq in found if seq in among), key=lambda seq: -found[seq])
     keep = set(best[:k]) | also
-    top = sorted((raw[seq] for seq in found if seq in among), reverse=True)[:2]
-    return {seq: c for seq, c in found.items() if seq in keep}, top
+    top = sorted((float(first[i]) for i in seen), reverse=True)[:2]
+    sure = max((float(last[i]) for i in seen), default=0.0)
+    return {seq: c for seq, c in found.items() if seq in keep}, top, sure
 
 
 def nearest(vectors: ProjectVectors, query_vector: Any, kind: str | None, k: int, per_model: Any = None) -> Nearest:
-    """The k nearest rows' similarities (by seq), the first model's top two
-    cosines best first, and every row's similarity; `per_model`: each
-    model's cosines of every row (`ensemble.per_model`), when already computed."""
+    """`Nearest` of the rows of `kind`; `per_model`: each model's cosines
+    of every row (`ensemble.per_model`), when already computed."""
     import numpy
 
     if per_model is None:
         per_model = ensemble.per_model(vectors.matrix, query_vector, vectors.widths)
     allowed = None if kind is None else numpy.array([c == kind for c in vectors.kinds], dtype=bool)
-    similarity, first = ensemble.combined(per_model, allowed)
+    similarity, first, last = ensemble.combined(per_model, allowed)
     if allowed is not None:
         masked = numpy.where(allowed, similarity, -1.0)
         # One model: its cosines are the similarity, masked once and ranked once.
         first = masked if first is similarity else numpy.where(allowed, first, -1.0)
+        last = first if len(per_model) == 1 else numpy.where(allowed, last, -1.0)
         similarity = masked
     k = min(k, len(similarity))
     top = numpy.argpartition(-similarity, k - 1)[:k]
     top = top[numpy.argsort(-similarity[top])]
     cosine = {int(vectors.seqs[i]): float(similarity[i]) for i in top if similarity[i] > -1.0}
     if first is not similarity:
-        two = min(2, len(first))
-        top = numpy.argpartition(-first, two - 1)[:two]
+        n = min(2, len(first))
+        top = numpy.argpartition(-first, n - 1)[:n]
         top = top[numpy.argsort(-first[top])]
-    return cosine, [float(first[i]) for i in top[:2]], similarity
+    best_two = [float(first[i]) for i in top[:2]]
+    sure = best_two[0] if last is first or not best_two else float(last.max())
+    return cosine, best_two, sure, similarity
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,6 @@ async def fused(
     kind: str | None,
     limit: int,
     now: float,
-    rule: fusion.FusionRule = fusion.DEFAULT_RULE,
 ) -> list[tuple[Entry, float]]:
     """`hits`: the lexical stage's best `max(limit, HEADROOM)`, and
     `first` the first one's entry, read just before; `query`: the query's
@@ -85,19 +84,20 @@ async def fused(
         among = set(await asyncio.to_thread(shortlist, vectors, query.vector, kind, CANDIDATES * SHORTLIST))
         lexical = {seq for seq, _ in hits}
         rows = await q.vectors_of(sorted(among | lexical), stage.model_id)
-        cosine, top = cosines(query.vector, rows, among, CANDIDATES, lexical, vectors.widths)
+        cosine, top, sure = cosines(query.vector, rows, among, CANDIDATES, lexical, vectors.widths)
     else:
         if query.on is vectors and query.nearest is not None:
-            cosine, top, similarity = query.nearest
+            cosine, top, sure, similarity = query.nearest
         else:
             # The matrix changed since (or was not cached): a matrix product
             # over the project's rows, on a worker thread like the model.
-            cosine, top, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
+            cosine, top, sure, similarity = await asyncio.to_thread(nearest, vectors, query.vector, kind, CANDIDATES)
         for seq, _ in hits:
             if seq not in cosine and seq in vectors.row:
                 cosine[seq] = float(similarity[vectors.row[seq]])
+    rule = fusion.rule_for(len(vectors.widths))
     readings = fusion.read(
-        text, _text(first) if first is not None else None, [score for _, score in hits[:2]], top, vectors.df, rule
+        text, _text(first) if first is not None else None, [score for _, score in hits[:2]], top, vectors.df, rule, sure
     )
     ranked = fusion.fuse(hits, cosine, readings, rule)
     # Each entry's state is checked here, in this snapshot.

@@ -101,9 +101,10 @@ async def test_two_models_find_a_paraphrase_the_first_alone_misses(
     alone = await stores()
     assert alone.recall.semantic is not None and await alone.recall.semantic.fill_all(alone.driver) == 20
     assert await _first(alone, owner, ids) == "dj17"
-    # The confidence reads the first model's cosines only: the same first score.
+    # The pair's confidence reads the second model's best cosine under the
+    # pair's constants; alone, MiniLM's under its own: two readings.
     _, found = await alone.recall.recall(owner, QUESTION)
-    assert found[0][1] == pytest.approx(pair[0][1], abs=1e-6)
+    assert found[0][1] != pytest.approx(pair[0][1], abs=1e-3)
 
 
 @pair_only
@@ -178,30 +179,34 @@ async def test_readyz_names_both_models(stores: Any) -> None:
 def test_each_models_cosines_are_scaled_between_the_median_and_the_best_of_the_rows_allowed() -> None:
     """Checked by hand: rows of (first model, second model) cosines."""
     cosines = numpy.array([[0.6, 0.90], [0.2, 0.86], [0.1, 0.80], [0.4, 0.84]], numpy.float32).T
-    similarity, first = ensemble.combined(cosines)
+    similarity, first, last = ensemble.combined(cosines)
+    assert last.tolist() == cosines[1].tolist()
     # medians 0.3 and 0.85, bests 0.6 and 0.9: row 0 is best on both.
     assert numpy.allclose(similarity, [1.0, (0 + 0.2) / 2, 0.0, (1 / 3 + 0) / 2], atol=1e-5)
     assert first.tolist() == cosines[0].tolist()
     # Rows 1 and 2 only (a kind filter): their own median and best.
-    similarity, _ = ensemble.combined(cosines, numpy.array([False, True, True, False]))
+    similarity, _, _ = ensemble.combined(cosines, numpy.array([False, True, True, False]))
     assert numpy.allclose(similarity[1:3], [1.0, 0.0], atol=1e-5)
     # One row, or a model whose rows are all alike, tells nothing apart: 1.
     assert ensemble.combined(cosines[:, :1])[0].tolist() == [1.0]
     # One model: its cosines, unscaled.
-    alone, raw = ensemble.combined(cosines[:1])
-    assert alone is raw and alone.tolist() == cosines[0].tolist()
+    alone, raw, sure = ensemble.combined(cosines[:1])
+    assert alone is raw is sure and alone.tolist() == cosines[0].tolist()
 
 
 def test_nearest_reads_the_first_models_cosines_and_ranks_by_both() -> None:
-    """The readings' two best cosines are the first model's, over the rows
-    of the kind asked; the ranking is by the similarity of both."""
+    """The lexical weight's two best cosines are the first model's, the
+    confidence's best cosine the second's, over the rows of the kind asked;
+    the ranking is by the similarity of both."""
     rows = numpy.array([[0.6, 0.80], [0.5, 0.95], [0.1, 0.70], [0.3, 0.75], [0.2, 0.90]], numpy.float32).T
     vectors = semantic.ProjectVectors(0, numpy.arange(1, 6), ["fact", "pitfall", "fact", "pitfall", "pitfall"],
                                       None, widths=(1, 1))
-    cosine, top, _ = semantic.nearest(vectors, None, None, 2, per_model=rows)
-    assert list(cosine) == [2, 1] and numpy.allclose(top, [0.6, 0.5])
-    cosine, top, similarity = semantic.nearest(vectors, None, "pitfall", 5, per_model=rows)
-    assert set(cosine) == {2, 4, 5} and numpy.allclose(top, [0.5, 0.3])
+    cosine, top, sure, _ = semantic.nearest(vectors, None, None, 2, per_model=rows)
+    assert list(cosine) == [2, 1] and numpy.allclose(top, [0.6, 0.5]) and numpy.isclose(sure, 0.95)
+    cosine, top, sure, similarity = semantic.nearest(vectors, None, "fact", 5, per_model=rows)
+    assert numpy.allclose(top, [0.6, 0.1]) and numpy.isclose(sure, 0.80)
+    cosine, top, sure, similarity = semantic.nearest(vectors, None, "pitfall", 5, per_model=rows)
+    assert set(cosine) == {2, 4, 5} and numpy.allclose(top, [0.5, 0.3]) and numpy.isclose(sure, 0.95)
     assert similarity[0] == similarity[2] == -1.0
     # Over the pitfalls only: medians 0.3 and 0.9, bests 0.5 and 0.95.
     assert numpy.isclose(cosine[2], 1.0) and numpy.isclose(cosine[5], 0.0) and numpy.isclose(cosine[4], 0.0)

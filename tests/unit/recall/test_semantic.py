@@ -417,6 +417,18 @@ def test_relevance_reads_as_a_probability() -> None:
     assert fusion.relevance(near) > 0.9 and fusion.relevance(far) < 0.1
 
 
+def test_the_pairs_confidence_reads_e5s_best_cosine_on_its_own_scale() -> None:
+    """With the pair, `sure` (e5's best cosine) replaces the first model's
+    for the confidence only; e5's unrelated entries sit near 0.8, so 0.79 is
+    far and 0.88 near on its scale, while the lexical weight is unchanged."""
+    plain = fusion.read("q", None, [], [0.40, 0.30], {})
+    near = fusion.read("q", None, [], [0.40, 0.30], {}, fusion.PAIR_RULE, sure=0.88)
+    far = fusion.read("q", None, [], [0.40, 0.30], {}, fusion.PAIR_RULE, sure=0.79)
+    assert near.weight == far.weight == plain.weight and near.separation == plain.separation
+    assert fusion.relevance(near, fusion.PAIR_RULE) > 0.9 and fusion.relevance(far, fusion.PAIR_RULE) < 0.1
+    assert fusion.rule_for(1) is fusion.DEFAULT_RULE and fusion.rule_for(2) is fusion.PAIR_RULE
+
+
 async def test_one_hubs_stage_never_changes_another_hubs_recall(
     semantic_hub: Hub, database_url: str, tmp_path: Path
 ) -> None:
