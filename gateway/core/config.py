@@ -105,7 +105,7 @@ SETTINGS: tuple[Setting, ...] = (
             "stays lexical"),
     Setting("semantic_pair", "RELAYROOM_SEMANTIC_PAIR", False,
             "on: rank with a second model, multilingual-e5-small, read together with the installed one (better "
-            "answers to questions asked in other words, for about 100 MB more memory and 2.5 times the recall time; "
+            "answers to questions asked in other words, for about 100 MB more memory and 1.6 times the recall time; "
             "needs the pair extra: pip install 'relayroom-gateway[pair]'); ignored when RELAYROOM_SEMANTIC_MODEL "
             "is set", _flag),
 )

@@ -92,6 +92,10 @@ async def test_two_models_find_a_paraphrase_the_first_alone_misses(
     hub = await stores()
     stage = hub.recall.semantic
     assert stage is not None and len(stage.encoder.encoders) == 2
+    # The second model runs on another thread: its half still comes second.
+    one, two = stage.encoder.encoders
+    assert numpy.array_equal(stage.encoder.query(QUESTION), numpy.concatenate(
+        [one.encode([one.query_prefix + QUESTION])[0], two.encode([two.query_prefix + QUESTION])[0]]))
     owner, ids = await _django(hub)
     assert await stage.fill_all(hub.driver) == 20
     assert await _first(hub, owner, ids) == "dj20"
