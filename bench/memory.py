@@ -176,8 +176,8 @@ def statement(rng: random.Random, n: int) -> str:
 async def load_entries(database_url: str, count: int, seed: int = 7) -> float:
     """`count` trusted entries and their recall index rows, in big batches:
     the rows an owner's confirm would leave, without 100k requests."""
-    # The server's model setting, so that the vectors carry its model's id.
-    model_env = {k: v for k, v in os.environ.items() if k.startswith("RELAYROOM_SEMANTIC_MODEL")}
+    # The server's model settings (the pair included), so that the vectors carry its model id.
+    model_env = {k: v for k, v in os.environ.items() if k.startswith("RELAYROOM_SEMANTIC_")}
     hub = Hub(Config.from_env(model_env, database_url=database_url, sweep_interval=0.0), clock=SystemClock())
     await hub.start(background=False)
     rng = random.Random(seed)
