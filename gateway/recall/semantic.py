@@ -116,15 +116,8 @@ class Encoder:
         return (out / np.clip(norms, 1e-12, None)).astype(np.float32)
 
 
-_SECOND: list[ThreadPoolExecutor] = []  # the process's threads for the second model's questions
-_SECOND_LOCK = threading.Lock()
-
-
-def _second_threads() -> ThreadPoolExecutor:
-    with _SECOND_LOCK:
-        if not _SECOND:
-            _SECOND.append(ThreadPoolExecutor(2, thread_name_prefix="relayroom-second-model"))
-        return _SECOND[0]
+# The process's threads for the second model's questions (started at its first).
+_SECOND_MODEL = ThreadPoolExecutor(2, thread_name_prefix="relayroom-second-model")
 
 
 class Models:
@@ -149,7 +142,7 @@ class Models:
         # first runs here (onnxruntime lets go of the GIL), for the recall p50
         # the pair is measured by (docs/recall.md); entries, in the background
         # fill, stay one model after the other on one core.
-        later = [_second_threads().submit(e.encode, [e.query_prefix + text]) for e in others]
+        later = [_SECOND_MODEL.submit(e.encode, [e.query_prefix + text]) for e in others]
         return numpy.concatenate([first.encode([first.query_prefix + text])[0], *(f.result()[0] for f in later)])
 
     def passages(self, texts: Sequence[str]) -> Any:
