@@ -214,6 +214,9 @@ def test_nearest_reads_the_first_models_cosines_and_ranks_by_both() -> None:
     assert similarity[0] == similarity[2] == -1.0
     # Over the pitfalls only: medians 0.3 and 0.9, bests 0.5 and 0.95.
     assert numpy.isclose(cosine[2], 1.0) and numpy.isclose(cosine[5], 0.0) and numpy.isclose(cosine[4], 0.0)
+    # A kind no row has: nothing near, and no cosine for the confidence to read.
+    cosine, top, sure, _ = semantic.nearest(vectors, None, "decision", 5, per_model=rows)
+    assert cosine == {} and sure == -1.0
 
 
 @pair_only
