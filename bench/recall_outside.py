@@ -180,6 +180,8 @@ def main() -> int:
     parser.add_argument("--churn", type=float, default=0.0,
                         help="during the sequential recalls, an owner adds and confirms an entry every this many ms")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--during-fill", type=int, default=0, metavar="N",
+                        help="first, N sequential recalls while the fill job embeds the target's entries")
     parser.add_argument("--lexical", action="store_true", help="RELAYROOM_SEMANTIC_MODEL=off: lexical recall alone")
     args = parser.parse_args()
 
@@ -188,7 +190,7 @@ def main() -> int:
     print(f"store: {backend()}; load average {load_average()}", file=sys.stderr)
     text = Text(seed=23)
     per_round = args.queries + args.requests * len(args.connections)
-    asked = questions(text, 200 + per_round * args.rounds)
+    asked = questions(text, 200 + per_round * args.rounds + args.during_fill)  # the last N: during the fill
     words = statistics.mean(len(q.split()) for q in asked)
     with workdir() as work, bench_database(work, "recall") as url:
         (work / "checkmaps").mkdir()
@@ -201,6 +203,8 @@ def main() -> int:
         sequential: list[tuple[dict[str, Any], dict[str, Any]]] = []
         loaded: dict[int, list[tuple[dict[str, Any], dict[str, Any]]]] = {c: [] for c in args.connections}
         with Server(env, work) as server:
+            if args.during_fill:
+                show("recall, sequential, during the fill", wrk_run(server.port, lines[-args.during_fill:], 1, server_pid=server.pid))
             filled = wait_for_vectors(url)
             print(f"  the target's {args.entries:,} vectors written {filled:.0f} s after the server was ready", file=sys.stderr)
             wrk_run(server.port, lines[:200], 4)  # warm: page cache, statement caches
