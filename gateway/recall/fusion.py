@@ -89,8 +89,8 @@ class Readings:
     coverage: float
     rare_match: bool
     lexical_margin: float
-    separation: float
-    top_cosine: float
+    separation: float  # the first model's best cosine minus its second
+    top_cosine: float  # the best cosine the confidence reads (with the pair, e5's)
     weight: float  # the lexical weight chosen
     pasted: bool = False  # the question is pasted tokens only, one of them rare and held as written by the best hit
 

@@ -216,7 +216,7 @@ def cosines(
     similarity, first, last = ensemble.combined(ensemble.per_model(matrix, query_vector, widths))
     found = {seq: float(similarity[i]) for i, seq in enumerate(seqs)}
     seen = [i for i, seq in enumerate(seqs) if seq in among]
-    best = sorted((seq for seq in found if seq in among), key=lambda seq: -found[seq])
+    best = sorted((seqs[i] for i in seen), key=lambda seq: -found[seq])
     keep = set(best[:k]) | also
     top = sorted((float(first[i]) for i in seen), reverse=True)[:2]
     sure = max((float(last[i]) for i in seen), default=0.0)
