@@ -123,13 +123,13 @@ def figures(rows: list[tuple[ev.Query, list[str], float]]) -> tuple[float, float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--split", default="dev", choices=["dev", "test", "all"])
-    parser.add_argument("--set", choices=["eval", "holdout"], default="eval", help="the held-out set is read with --rules only")
+    parser.add_argument("--set", choices=sorted(ev.SETS), default="eval", help="a set other than eval is read with --rules only")
     parser.add_argument("--wide", action="store_true", help="a wider grid: base 0.1 and a separation gain of 12 (MiniLM's scale) added")
     parser.add_argument("--rules", help="a dev run's output: read the split with its rules, tune nothing")
     args = parser.parse_args()
-    if args.set == "holdout" and not args.rules:
-        parser.error("the held-out set is never tuned on: give --rules")
-    entries, queries = ev.load(ev.HOLDOUT_DIR if args.set == "holdout" else ev.EVAL_DIR)
+    if args.set != "eval" and not args.rules:
+        parser.error(f"the {args.set} set is never tuned on: give --rules")
+    entries, queries = ev.load(ev.SETS[args.set])
     chosen = [q for q in queries if args.split in ("all", q.split)]
     e5 = Encoder(e5_files())
     by_id = {e["id"]: e for items in entries.values() for e in items}

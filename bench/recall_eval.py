@@ -7,6 +7,7 @@
     .venv/bin/python bench/recall_eval.py --dump dev           # each dev question: the rank of an answer, the first three
     .venv/bin/python bench/recall_eval.py --sweep              # fusion rules on the dev split (tuning)
     .venv/bin/python bench/recall_eval.py --outside --set holdout   # the held-out set (never tuned on)
+    .venv/bin/python bench/recall_eval.py --outside --set long      # long entries (never tuned on)
 
 The set (bench/recall_eval/*.yaml) holds, per project, entries written in our
 own words from that project's contributor documents, and questions phrased
@@ -20,7 +21,9 @@ The held-out set (bench/recall_holdout/*.yaml, the same format, other
 projects) was written blind, after every rule here was chosen, and is never
 tuned on: no `--sweep` or `--dump` is run on it to change a rule.  It is read
 to estimate how recall does on questions and projects nobody tuned for, and
-to decide between two rankings; read its `all` figures.
+to decide between two rankings; read its `all` figures.  The long-entry set
+(bench/recall_long, `--set long`: statements of 3-6 sentences) is read the
+same way.
 
 Every entry goes in through the real core (learn, then an owner's confirm),
 the fill job embeds them, and every question is asked with `Recall.recall`
@@ -64,6 +67,7 @@ from gateway.recall.semantic import nearest  # noqa: E402
 
 EVAL_DIR = Path(__file__).resolve().parent / "recall_eval"
 HOLDOUT_DIR = Path(__file__).resolve().parent / "recall_holdout"
+SETS = {"eval": EVAL_DIR, "holdout": HOLDOUT_DIR, "long": Path(__file__).resolve().parent / "recall_long"}
 K = 10
 
 
@@ -256,14 +260,15 @@ def main(argv: list[str] | None = None) -> int:
         "--dump", choices=["dev", "test", "all"],
         help="each question of a split: its project, the answers wanted, the rank of the first, the first three returned",
     )
-    parser.add_argument("--set", choices=["eval", "holdout"], default="eval",
-                        help="bench/recall_eval (tuned on its dev split) or bench/recall_holdout (never tuned on)")
+    parser.add_argument("--set", choices=sorted(SETS), default="eval",
+                        help="bench/recall_eval (tuned on its dev split), or a set read and never tuned on: "
+                             "bench/recall_holdout (other projects), bench/recall_long (long entries)")
     args = parser.parse_args(argv)
     if args.outside and args.sweep:
         parser.error("--sweep replays the stages in process; it cannot run --outside")
-    if args.set == "holdout" and (args.sweep or args.dump):
-        parser.error("the held-out set is read, never tuned on: no --sweep or --dump")
-    entries, queries = load(HOLDOUT_DIR if args.set == "holdout" else EVAL_DIR)
+    if args.set != "eval" and (args.sweep or args.dump):
+        parser.error(f"the {args.set} set is read, never tuned on: no --sweep or --dump")
+    entries, queries = load(SETS[args.set])
     queries = [q for q in queries if args.split in (None, q.split)]
     report: dict[str, Any] = {"set": args.set, "store": "postgres" if os.environ.get("RELAYROOM_DATABASE_URL", "").startswith("postgres") else "sqlite"}
     settings = [s for s in ("per-project", "pooled") if not args.only or args.only == s]

@@ -105,7 +105,7 @@ SETTINGS: tuple[Setting, ...] = (
             "stays lexical"),
     Setting("semantic_pair", "RELAYROOM_SEMANTIC_PAIR", False,
             "on: rank with a second model, multilingual-e5-small, read together with the installed one (a better "
-            "\"nothing relevant\" signal, answers no better on projects nobody tuned for; about 100 MB more memory "
+            "\"nothing relevant\" signal, better answers on long entries, no better on short ones; about 100 MB more memory "
             "and 1.6 times the recall time; "
             "needs the pair extra: pip install 'relayroom-gateway[pair]'); ignored when RELAYROOM_SEMANTIC_MODEL "
             "is set", _flag),
