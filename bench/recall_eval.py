@@ -221,6 +221,12 @@ def figures(rows: list[tuple[Query, list[str], float]]) -> dict[str, dict[str, f
         mrr = sum(reciprocal_rank(a, q) for q, a, _ in answerable) / max(1, len(answerable))
         roc = auroc([s for q, _, s in chosen if q.relevant], [s for q, _, s in chosen if not q.relevant])
         out[split] = {"mrr@10": round(mrr, 4), "auroc": round(roc, 4), "questions": len(chosen)}
+    # How often the first result answers, by its score: is the confidence a chance?
+    out["first right by first score"] = {
+        f"{lo}-{hi}": f"{sum(bool(a) and a[0] in q.relevant for q, a, _ in band)} of {len(band)}"
+        for lo, hi in ((0, 0.2), (0.2, 0.5), (0.5, 0.8), (0.8, 1))
+        for band in [[r for r in rows if lo <= r[2] < hi or (hi == 1 and r[2] == 1)]]
+    }
     return out
 
 

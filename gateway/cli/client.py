@@ -182,7 +182,7 @@ def cmd_recall(args: argparse.Namespace) -> int:
             print(f"   evidence: {_one_line(entry['evidence'])}")
         print(f"   id {entry['id']}  score {score_text(entry.get('score'))}")
     if entries and isinstance(entries[0].get("score"), (int, float)) and entries[0]["score"] < PROBABLY_RELEVANT:
-        print(f"(the first score is under {PROBABLY_RELEVANT}: probably nothing here answers this)")
+        print(f"(the first score is under {PROBABLY_RELEVANT}: maybe nothing here answers this)")
     if entries:
         print(f"(if one shaped your work: relayroom used {answer['recall_id']} ENTRY_ID)")
     return 0

@@ -58,8 +58,8 @@ def render(base: str, trusted_count: int, top: list[PlaybookEntry], min_trusted:
         SECTION_HEADING,
         "",
         "Trusted entries of this project (confirmed by CI or an owner), most used first.",
-        "Call `recall` for anything else (its first score is the chance that the first entry answers: "
-        "under 0.5, probably nothing relevant); report a wrong entry with `report_error` and its id.",
+        "Call `recall` for anything else (its first score is a confidence that the first entry answers: "
+        "under 0.5, maybe nothing relevant); report a wrong entry with `report_error` and its id.",
     ]
     for kind, group in _grouped(top):
         lines += ["", f"### {KIND_HEADINGS.get(kind, kind.title())}", ""]

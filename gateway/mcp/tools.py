@@ -46,8 +46,8 @@ class RecalledEntry(BaseModel):
     statement: str = Field(description="The knowledge itself, one self-contained statement.")
     evidence: str | None = Field(default=None, description="How it is known (a file, a command, a link), when recorded.")
     score: float = Field(
-        description="0 to 1, best first. The first entry's score is the estimated chance that it answers the "
-        "query: below 0.5, probably nothing here does (judge before relying on it)."
+        description="0 to 1, best first. The first entry's score is a confidence that it answers the "
+        "query: below 0.5, maybe nothing here does (read it before relying on it)."
     )
     trusted_since: str | None = Field(description="RFC 3339 time the entry became trusted.")
     issuers: list[str] = Field(description="The independent CI systems or owners whose checks support it.")
@@ -231,7 +231,7 @@ def register_tools(server: MCPServer[Any], hub: Hub) -> None:
         and that have not expired, best first, plus a recall_id. When an entry
         shapes your work, call recall_used(recall_id, entry_id); when one
         proves wrong, call report_error. An empty list means nothing confirmed
-        matches yet; a first score below 0.5, probably nothing relevant.
+        matches yet; a first score below 0.5, maybe nothing relevant.
         Changes no knowledge. Any token may call it.
         """
         principal = await current_principal(hub)

@@ -30,8 +30,9 @@ lexical hit holds one of them as written, a token at most `rare_df` entries
 hold (the model reads such a question worst); lexical recall alone uses
 `logistic((coverage - 0.28) / 0.15)`.  Each result's score is that
 relevance times its fused score relative to the best, so scores run 0..1,
-best first, and the first one reads as a confidence: below 0.5, probably
-nothing relevant.  docs/recall.md has the figures behind each number.
+best first, and the first one reads as a confidence: the chance that it
+answers, for a question as likely to have no answer as one (below 0.5, maybe
+nothing relevant).  docs/recall.md has the figures behind each number.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ from gateway.recall.query import STOP_WORDS, query_words, terms, words
 _TOKEN_LIKE = re.compile(r"[A-Za-z]*[0-9_./\\-][\w./\\-]*|[a-z]+[A-Z]\w*|[A-Z]{2,}[a-z]{2,}\w*")
 
 
-# A first score below this reads "probably nothing relevant": the relevance
-# is the estimated chance that the first result answers the question.
+# A first score below this reads "maybe nothing relevant": the relevance is
+# the chance that the first result answers, its constants fitted with
+# answerable and unanswerable questions weighed alike; where most questions
+# have an answer, a low score undersells the first result.
 PROBABLY_RELEVANT = 0.5
 
 

@@ -103,7 +103,7 @@ ENTRY = _obj(
         "supports": {"type": "array", "items": _obj(["issuer", "source", "at"], {"issuer": STRING, "source": STRING, "attestation_id": {"type": "string", "nullable": True}, "at": TIME}, additional=True)},
         "contradictions": {"type": "array", "items": _obj(["by", "at"], {"by": STRING, "detail": {}, "at": TIME}, additional=True)},
         "duplicate": {"type": "boolean"},
-        "score": {"type": "number", "description": "in a recall answer, 0 to 1, best first; the first entry's is the estimated chance that it answers the question: below 0.5, probably nothing relevant"},
+        "score": {"type": "number", "description": "in a recall answer, 0 to 1, best first; the first entry's is the estimated chance that it answers the question, for a question as likely to have no answer in the project as one: below 0.5, maybe nothing relevant"},
     },
     additional=True,
 )

@@ -81,11 +81,11 @@ def test_text_output_is_for_people(
     assert code == 0 and lines[0].startswith("recall rc") and "1 trusted entry" in lines[0]
     assert lines[1] == "1. [pitfall] The pooler cannot do prepared statements."
     assert entry_id in lines[2]
-    assert "probably nothing" not in out
+    assert "maybe nothing" not in out
     # One word of four in common: the first score (a confidence) is under 0.5, and the text says so.
     code, out, _ = run(capsys, "recall", "pooler weather forecast tomorrow")
     assert code == 0 and entry_id in out
-    assert "(the first score is under 0.5: probably nothing here answers this)" in out.splitlines()
+    assert "(the first score is under 0.5: maybe nothing here answers this)" in out.splitlines()
     recall_id = lines[0].split()[1].rstrip(":")
     code, out, _ = run(capsys, "used", recall_id, entry_id)
     assert code == 0 and out.startswith("recorded:")

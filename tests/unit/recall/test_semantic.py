@@ -117,7 +117,7 @@ async def test_a_pasted_token_held_by_one_entry_reads_as_relevant(semantic_hub: 
     """The model reads `E0463` worst: the entry holding it comes first but
     its cosine is low.  Held as written by that one entry, the first score
     says relevant; a made-up token, or one the entries hold only a part of,
-    still says probably nothing."""
+    still reads under 0.5."""
     hub = semantic_hub
     owner, ids = await _fill(hub)
     assert hub.recall.semantic is not None
