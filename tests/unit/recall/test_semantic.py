@@ -420,12 +420,16 @@ def test_relevance_reads_as_a_probability() -> None:
 def test_the_pairs_confidence_reads_e5s_best_cosine_on_its_own_scale() -> None:
     """With the pair, `sure` (e5's best cosine) replaces the first model's
     for the confidence only; e5's unrelated entries sit near 0.8, so 0.79 is
-    far and 0.88 near on its scale, while the lexical weight is unchanged."""
+    far and 0.92 near on its scale, while the lexical weight is unchanged."""
     plain = fusion.read("q", None, [], [0.40, 0.30], {})
-    near = fusion.read("q", None, [], [0.40, 0.30], {}, fusion.PAIR_RULE, sure=0.88)
+    near = fusion.read("q", None, [], [0.40, 0.30], {}, fusion.PAIR_RULE, sure=0.92)
     far = fusion.read("q", None, [], [0.40, 0.30], {}, fusion.PAIR_RULE, sure=0.79)
     assert near.weight == far.weight == plain.weight and near.separation == plain.separation
     assert fusion.relevance(near, fusion.PAIR_RULE) > 0.9 and fusion.relevance(far, fusion.PAIR_RULE) < 0.1
+    # The same chance as the single model's (answerable and unanswerable weighed
+    # alike): e5's 0.86, above most unrelated entries, is still under even odds.
+    middling = fusion.read("q", None, [], [0.40, 0.30], {}, fusion.PAIR_RULE, sure=0.86)
+    assert fusion.relevance(middling, fusion.PAIR_RULE) < 0.5
     assert fusion.rule_for(1) is fusion.DEFAULT_RULE and fusion.rule_for(2) is fusion.PAIR_RULE
 
 
