@@ -28,7 +28,7 @@ holds): `logistic((top cosine + 0.2 * coverage - 0.5) / 0.1)`, at least
 `pasted_relevance` when the question is pasted tokens only and the best
 lexical hit holds one of them as written, a token at most `rare_df` entries
 hold (the model reads such a question worst); lexical recall alone uses
-`logistic((coverage - 0.28) / 0.15)`.  Each result's score is that
+`logistic((coverage - 0.37) / 0.15)`.  Each result's score is that
 relevance times its fused score relative to the best, so scores run 0..1,
 best first, and the first one reads as a confidence: the chance that it
 answers, for a question as likely to have no answer as one (below 0.5, maybe
@@ -71,7 +71,7 @@ class FusionRule:
     relevance_coverage: float = 0.2  # relevance = logistic((top cosine + this * coverage - centre) / width)
     relevance_centre: float = 0.5
     relevance_width: float = 0.1
-    lexical_centre: float = 0.28  # lexical-only relevance = logistic((coverage - centre) / width)
+    lexical_centre: float = 0.37  # lexical-only relevance = logistic((coverage - centre) / width)
     lexical_width: float = 0.15
     pasted_relevance: float = 0.9  # fused relevance at least, for a question of a rare pasted token the best hit holds
 

@@ -417,6 +417,16 @@ def test_relevance_reads_as_a_probability() -> None:
     assert fusion.relevance(near) > 0.9 and fusion.relevance(far) < 0.1
 
 
+def test_lexical_relevance_is_the_same_chance_from_coverage_alone() -> None:
+    """Lexical recall alone reads the best hit's share of the question's
+    content words, on the fused scale (answerable and unanswerable weighed
+    alike): one word of three is under even odds, all three well over."""
+    one_of_three = fusion.read("lock migration jobs", "migration", [2.0], [], {})
+    all_three = fusion.read("lock migration jobs", "lock the migration jobs", [6.0], [], {})
+    assert one_of_three.coverage == pytest.approx(1 / 3) and all_three.coverage == 1.0
+    assert fusion.lexical_relevance(one_of_three) < 0.5 < 0.9 < fusion.lexical_relevance(all_three)
+
+
 def test_the_pairs_confidence_reads_e5s_best_cosine_on_its_own_scale() -> None:
     """With the pair, `sure` (e5's best cosine) replaces the first model's
     for the confidence only; e5's unrelated entries sit near 0.8, so 0.79 is
